@@ -1,0 +1,152 @@
+"""The launch recipe: how regen's own host code calls an artifact's kernels.
+
+An artifact is device code plus this declarative recipe (launch.yaml). No generated host code ever
+runs: regen evaluates the recipe's expressions against the case's symbols and parameters and
+launches each kernel itself.
+
+    launches:
+      - kernel: rmsnorm_{dtype}          # extern "C" symbol; {dtype} -> bf16/f16/f32/...
+        when: "N <= 16384"               # optional guard: variants dispatch declaratively
+        grid: ["M", 1, 1]                # cuda/hip only
+        block: [256, 1, 1]
+        shared_mem: "N * 4"              # dynamic shared memory bytes
+        args: [x, weight, y, M, N, "float32:eps"]
+    workspace:                           # scratch buffers regen allocates (poisoned, unless zero)
+      - {name: partial, dtype: float32, shape: ["M", "ceil_div(N, 1024)"], zero: true}
+
+Arguments: a tensor or workspace name passes its device pointer; anything else is an expression
+passed as int64 (integers) or float32 (floats) unless typed "int32:", "int64:", "float32:",
+"float64:". The cpp language calls `kernel(args...)` once per launch, with no grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from . import expr
+from .dtypes import DTYPES, short
+from .errors import InputError, pydantic_to_input_error
+
+ARG_TYPES = ("int32", "int64", "float32", "float64")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Launch(Strict):
+    kernel: str
+    when: str | None = None
+    grid: list[str | int] = Field(default_factory=lambda: [1, 1, 1])
+    block: list[str | int] = Field(default_factory=lambda: [1, 1, 1])
+    shared_mem: str | int = 0
+    args: list[str | int | float]
+
+    @field_validator("grid", "block")
+    @classmethod
+    def _dims(cls, v):
+        if not 1 <= len(v) <= 3:
+            raise ValueError("expected 1 to 3 dimensions")
+        for d in v:
+            if isinstance(d, str):
+                expr.parse(d)
+        return list(v) + [1] * (3 - len(v))
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v):
+        for a in v:
+            if isinstance(a, str):
+                expr.parse(split_typed(a)[1])
+        return v
+
+
+class Workspace(Strict):
+    name: str
+    dtype: str
+    shape: list[str | int]
+    zero: bool = False
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        if v not in DTYPES:
+            raise ValueError(f"unknown dtype {v!r}")
+        return v
+
+
+class Recipe(Strict):
+    launches: list[Launch] = Field(min_length=1)
+    workspace: list[Workspace] = Field(default_factory=list)
+
+
+def split_typed(arg: str) -> tuple[str | None, str]:
+    head, sep, rest = arg.partition(":")
+    if sep and head.strip() in ARG_TYPES:
+        return head.strip(), rest.strip()
+    return None, arg
+
+
+@dataclass(frozen=True)
+class BoundArg:
+    kind: Literal["tensor", "int32", "int64", "float32", "float64"]
+    value: object  # tensor name for kind == "tensor", else the number
+
+
+@dataclass(frozen=True)
+class BoundLaunch:
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    args: tuple[BoundArg, ...]
+
+
+def parse_recipe(text: str, source: str = "launch.yaml") -> Recipe:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"YAML syntax error: {exc}", file=source) from None
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise pydantic_to_input_error(exc, source) from None
+    except expr.ExprError as exc:
+        raise InputError(str(exc), file=source) from None
+
+
+def bind(recipe: Recipe, env: dict, buffers: set[str], dtype: str) -> list[BoundLaunch]:
+    """Evaluate the recipe for one case. env: symbols + params; buffers: tensor/workspace names."""
+    out = []
+    for launch in recipe.launches:
+        if launch.when is not None and not expr.evaluate(launch.when, env):
+            continue
+        args = []
+        for a in launch.args:
+            if isinstance(a, str) and a in buffers:
+                args.append(BoundArg("tensor", a))
+                continue
+            typ, text = split_typed(a) if isinstance(a, str) else (None, a)
+            val = expr.evaluate(text, env)
+            if typ is None:
+                typ = "float32" if isinstance(val, float) else "int64"
+            val = float(val) if typ.startswith("float") else int(val)
+            args.append(BoundArg(typ, val))
+        grid = tuple(int(expr.evaluate(d, env)) for d in launch.grid)
+        block = tuple(int(expr.evaluate(d, env)) for d in launch.block)
+        out.append(BoundLaunch(
+            kernel=launch.kernel.replace("{dtype}", short(dtype)),
+            grid=grid, block=block, shared_mem=int(expr.evaluate(launch.shared_mem, env)),
+            args=tuple(args)))
+    if not out:
+        raise ValueError("no launch of the recipe applies to this case (every `when` is false)")
+    return out
+
+
+def workspace_shapes(recipe: Recipe, env: dict) -> dict[str, tuple[str, list[int], bool]]:
+    return {w.name: (w.dtype, [int(expr.evaluate(d, env)) for d in w.shape], w.zero)
+            for w in recipe.workspace}

@@ -1,0 +1,282 @@
+"""The kernel spec: intent (the prompt), signature, invariants, cases, tolerances, profile.
+
+specs/<kernel>.yaml is the source of truth people review. Validation errors name the file and field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import expr
+from .dtypes import DTYPES, FLOAT_DTYPES, itemsize
+from .errors import InputError, pydantic_to_input_error
+from .yamlio import read_mapping
+
+NAME_RE = r"^[a-z][a-z0-9_]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_dtype(value: str, allow_t: bool) -> str:
+    if value == "T" and allow_t:
+        return value
+    if value not in DTYPES:
+        raise ValueError(f"unknown dtype {value!r}; expected one of {sorted(DTYPES)}"
+                         + (" or T (the case's dtype)" if allow_t else ""))
+    return value
+
+
+class TensorSpec(Strict):
+    name: str = Field(pattern=NAME_RE)
+    dtype: str = "T"
+    shape: list[str | int]
+    layout: Literal["contiguous"] = "contiguous"
+    inplace_of: str | None = None  # for outputs: the input whose buffer is updated in place
+    description: str = ""
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        return _check_dtype(v, allow_t=True)
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, v):
+        for dim in v:
+            if isinstance(dim, str):
+                expr.parse(dim)
+        return v
+
+
+class ParamSpec(Strict):
+    name: str = Field(pattern=NAME_RE)
+    type: Literal["float", "int", "bool"]
+    default: float | int | bool | None = None
+    description: str = ""
+
+
+class Signature(Strict):
+    dtypes: list[str] = Field(default_factory=lambda: ["float32"])
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    params: list[ParamSpec] = Field(default_factory=list)
+
+    @field_validator("dtypes")
+    @classmethod
+    def _dtypes(cls, v):
+        for d in v:
+            _check_dtype(d, allow_t=False)
+        if not v:
+            raise ValueError("at least one dtype is required")
+        return v
+
+    @model_validator(mode="after")
+    def _names(self):
+        seen = set()
+        for t in [*self.inputs, *self.outputs, *self.params]:
+            if t.name in seen:
+                raise ValueError(f"name {t.name!r} is used twice in the signature")
+            seen.add(t.name)
+        inputs = {t.name for t in self.inputs}
+        for out in self.outputs:
+            if out.inplace_of and out.inplace_of not in inputs:
+                raise ValueError(f"output {out.name!r}: inplace_of {out.inplace_of!r} is not an input")
+        if not self.outputs:
+            raise ValueError("at least one output is required")
+        return self
+
+    @property
+    def tensors(self) -> list[TensorSpec]:
+        return [*self.inputs, *self.outputs]
+
+    def symbols(self) -> set[str]:
+        """Shape symbols the cases must bind."""
+        out: set[str] = set()
+        for t in self.tensors:
+            for dim in t.shape:
+                if isinstance(dim, str):
+                    tree_names = expr.names(dim)
+                    # a bare name is a symbol; derived dims (e.g. "2*N") use names bound elsewhere
+                    out |= tree_names
+        return out
+
+
+class Invariant(Strict):
+    name: str = Field(pattern=NAME_RE)
+    description: str
+
+
+class Case(Strict):
+    """One input configuration. Shape symbols are given as extra keys (M: 4096)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str | None = None
+    dtype: str | None = None
+    params: dict[str, float | int | bool] = Field(default_factory=dict)
+    dist: str = "normal"
+    bench: bool = False  # a benchmark case: timed by `regen bench`, checked there once
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        return v if v is None else _check_dtype(v, allow_t=False)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {k: v for k, v in (self.model_extra or {}).items()}
+
+    def label(self, default_dtype: str) -> str:
+        if self.name:
+            return self.name
+        dims = "x".join(f"{k}{v}" for k, v in self.sizes.items())
+        extra = "".join(f",{k}={v}" for k, v in sorted(self.params.items()))
+        dist = "" if self.dist == "normal" else f",{self.dist}"
+        return f"{dims}:{self.dtype or default_dtype}{extra}{dist}"
+
+
+class Tolerance(Strict):
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+
+
+class Profile(Strict):
+    """Profile expectations. Selector maps are keyed by target name, arch, vendor or '*'."""
+
+    bytes: str | None = None   # formula over symbols; default: every tensor read or written once
+    flops: str | None = None
+    floor_fraction: dict[str, float] = Field(default_factory=dict)
+    speedup: dict[str, float] = Field(default_factory=dict)   # baseline -> minimum speedup
+    max_registers: dict[str, int] = Field(default_factory=dict)
+    max_spills: dict[str, int] = Field(default_factory=dict)
+    instructions: dict[str, list[str]] = Field(default_factory=dict)  # selector -> mnemonics
+
+    @field_validator("bytes", "flops")
+    @classmethod
+    def _formula(cls, v):
+        if v is not None:
+            expr.parse(v)
+        return v
+
+    @field_validator("speedup")
+    @classmethod
+    def _baselines(cls, v):
+        for k in v:
+            if k not in ("torch_eager", "torch_compile"):
+                raise ValueError(f"unknown baseline {k!r}; expected torch_eager or torch_compile")
+        return v
+
+
+class Spec(Strict):
+    name: str = Field(pattern=NAME_RE)
+    summary: str
+    intent: str
+    signature: Signature
+    invariants: list[Invariant] = Field(default_factory=list)
+    cases: list[Case]
+    tolerance: dict[str, Tolerance]
+    profile: Profile = Field(default_factory=Profile)
+    components: list[str] = Field(default_factory=list)
+    targets: list[str] | None = None
+
+    @field_validator("tolerance")
+    @classmethod
+    def _tol_dtypes(cls, v):
+        for d in v:
+            _check_dtype(d, allow_t=False)
+        return v
+
+    @model_validator(mode="after")
+    def _consistency(self):
+        syms = self.signature.symbols()
+        params = {p.name for p in self.signature.params}
+        for i, case in enumerate(self.cases):
+            dtype = case.dtype or self.signature.dtypes[0]
+            if dtype not in self.signature.dtypes:
+                raise ValueError(f"cases[{i}]: dtype {dtype!r} is not in signature.dtypes "
+                                 f"{self.signature.dtypes}")
+            missing = syms - set(case.sizes) - params
+            if missing:
+                raise ValueError(f"cases[{i}]: shape symbols {sorted(missing)} are not given")
+            for k, val in case.sizes.items():
+                if not isinstance(val, int) or isinstance(val, bool) or val < 0:
+                    raise ValueError(f"cases[{i}].{k}: expected a non-negative integer, got {val!r}")
+            unknown = set(case.params) - params
+            if unknown:
+                raise ValueError(f"cases[{i}].params: unknown parameters {sorted(unknown)}")
+        for d in self.signature.dtypes:
+            if d in FLOAT_DTYPES and d not in self.tolerance:
+                raise ValueError(f"tolerance: no entry for dtype {d!r} (signature.dtypes lists it)")
+        if not any(not c.bench for c in self.cases):
+            raise ValueError("cases: at least one correctness case (bench: false) is required")
+        return self
+
+    # -- derived views -------------------------------------------------------------------
+    def correctness_cases(self) -> list[Case]:
+        return [c for c in self.cases if not c.bench]
+
+    def bench_cases(self) -> list[Case]:
+        return [c for c in self.cases if c.bench]
+
+    def case_env(self, case: Case) -> dict:
+        """Symbols, parameters (defaults applied) and the dtype of one case."""
+        env: dict = {p.name: p.default for p in self.signature.params}
+        env.update(case.params)
+        env.update(case.sizes)
+        env["T"] = case.dtype or self.signature.dtypes[0]
+        return env
+
+    def tensor_dtype(self, tensor: TensorSpec, case: Case) -> str:
+        return (case.dtype or self.signature.dtypes[0]) if tensor.dtype == "T" else tensor.dtype
+
+    def tensor_shape(self, tensor: TensorSpec, case: Case) -> list[int]:
+        env = self.case_env(case)
+        return [int(expr.evaluate(d, env)) for d in tensor.shape]
+
+    def case_bytes(self, case: Case) -> int:
+        """Bytes that must move: the spec's formula, else every input read and output written once."""
+        env = self.case_env(case)
+        if self.profile.bytes:
+            return int(expr.evaluate(self.profile.bytes, env))
+        total = 0
+        for t in self.signature.tensors:  # an in-place output is read as its input and written
+            n = 1
+            for d in self.tensor_shape(t, case):
+                n *= d
+            total += n * itemsize(self.tensor_dtype(t, case))
+        return total
+
+    def case_flops(self, case: Case) -> int:
+        return int(expr.evaluate(self.profile.flops, self.case_env(case))) if self.profile.flops else 0
+
+
+def load_spec(path: Path) -> Spec:
+    data = read_mapping(path)
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise pydantic_to_input_error(exc, str(path)) from None
+    except expr.ExprError as exc:
+        raise InputError(str(exc), file=str(path)) from None
+    if spec.name != path.stem:
+        raise InputError(f"expected name {path.stem!r} (the file name), got {spec.name!r}",
+                         file=str(path), field="name")
+    return spec
+
+
+def select(mapping: dict, target) -> object | None:
+    """Most specific entry of a selector map for a target: name > arch > vendor > language > '*'."""
+    for key in (target.name, target.arch, target.vendor, target.language, "*"):
+        if key in mapping:
+            return mapping[key]
+    return None
+
+
+def normalise_prose(text: str) -> str:
+    """Prose compared for keys: whitespace runs folded, YAML comments are already gone."""
+    return re.sub(r"\s+", " ", text).strip()
