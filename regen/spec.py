@@ -183,6 +183,7 @@ class Spec(Strict):
     profile: Profile = Field(default_factory=Profile)
     components: list[str] = Field(default_factory=list)
     targets: list[str] | None = None
+    salt: str = ""  # change to force regeneration of this kernel everywhere
 
     @field_validator("tolerance")
     @classmethod

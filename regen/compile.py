@@ -1,0 +1,46 @@
+"""Compile stage: source -> binary via the target's toolchain, memoised per machine by compile key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import keys, localcache
+from .toolchains import CompileResult, get_toolchain
+
+
+@dataclass
+class Compiled:
+    result: CompileResult
+    components: dict         # compile-key components (source digest, toolchain identity)
+    key: str
+    binary_digest: str | None
+    cached: bool
+
+
+_IDENTITIES: dict = {}
+
+
+def toolchain_identity(target) -> dict:
+    """The toolchain identity of a target (memoised per process: probing can spawn a compiler)."""
+    k = (target.toolchain.name, tuple(target.toolchain.flags), target.arch)
+    if k not in _IDENTITIES:
+        _IDENTITIES[k] = get_toolchain(target).identity(target)
+    return _IDENTITIES[k]
+
+
+def toolchain_problem(target) -> str | None:
+    return get_toolchain(target).problem()
+
+
+def compile_source(source: str, target, use_cache: bool = True) -> Compiled:
+    components = keys.compile_components(keys.digest(source.encode()), toolchain_identity(target))
+    ckey = keys.key(components)
+    store = localcache.cache()
+    if use_cache:
+        hit = store.get(("compile", ckey))
+        if hit is not None:
+            return Compiled(hit, components, ckey, keys.digest(hit.binary) if hit.ok else None, True)
+    result = get_toolchain(target).compile(source, target)
+    if result.ok:
+        store.set(("compile", ckey), result)
+    return Compiled(result, components, ckey, keys.digest(result.binary) if result.ok else None, False)

@@ -1,0 +1,146 @@
+"""Three content keys, each over canonical components (sorted JSON of normalised fields).
+
+generate key: everything the generator is shown that defines the kernel: intent, signature,
+    invariant descriptions, the target's prompt view, component artifacts, prompt template
+    version, schema version, salt. Cases, tolerances and profile expectations are shown to the
+    generator for context but belong to the verify key: changing them re-verifies the existing
+    artifact and regenerates only if it now fails (early cutoff).
+compile key: source digest, toolchain identity (tool, version, flags, arch).
+verify key: binary digest, recipe, oracle code digest, tolerances, cases, profile expectations and
+    peaks for this target, plus (on the verifying machine) hardware fingerprint and runtime versions.
+
+Every cache entry and record stores its components, not only the hash, so `regen explain` can
+name exactly which component changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+
+from . import SCHEMA_VERSION
+from .spec import Spec, normalise_prose, select
+from .target import Target
+
+PORTABLE_EXCLUDE = ("hardware", "runtime")  # verify components only the verifying machine knows
+
+
+def canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def digest(value) -> str:
+    data = value if isinstance(value, bytes) else canonical(value).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def key(components: dict) -> str:
+    return digest(components)
+
+
+def generate_components(spec: Spec, target: Target, component_entries: dict[str, str],
+                        template_version: str) -> dict:
+    sig = spec.signature.model_dump(mode="json")
+    for t in sig["inputs"] + sig["outputs"]:
+        t["description"] = normalise_prose(t["description"])
+    for p in sig["params"]:
+        p["description"] = normalise_prose(p["description"])
+    view = target.prompt_view()
+    view["notes"] = normalise_prose(view["notes"])
+    view["description"] = normalise_prose(view["description"])
+    return {
+        "spec.summary": normalise_prose(spec.summary),
+        "spec.intent": normalise_prose(spec.intent),
+        "spec.signature": sig,
+        "spec.invariants": [{"name": i.name, "description": normalise_prose(i.description)}
+                            for i in spec.invariants],
+        "spec.salt": spec.salt,
+        "target": view,
+        "components": dict(sorted(component_entries.items())),
+        "prompt.template": template_version,
+        "schema": SCHEMA_VERSION,
+    }
+
+
+def compile_components(source_digest: str, toolchain_identity: dict) -> dict:
+    return {"source": source_digest, "toolchain": toolchain_identity}
+
+
+def profile_for(spec: Spec, target: Target) -> dict:
+    """The profile expectations that apply to one target (selector maps resolved)."""
+    p = spec.profile
+    return {"bytes": p.bytes, "flops": p.flops,
+            "floor_fraction": select(p.floor_fraction, target),
+            "speedup": dict(p.speedup) if target.vendor != "host" else {},
+            "max_registers": select(p.max_registers, target),
+            "max_spills": select(p.max_spills, target),
+            "instructions": select(p.instructions, target) or []}
+
+
+def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_digest: str,
+                      recipe_digest: str) -> dict:
+    """The portable part; add_machine() adds what only the verifying machine knows."""
+    return {
+        "binary": binary_digest,
+        "recipe": recipe_digest,
+        "oracle": oracle_digest,
+        "tolerance": {k: v.model_dump() for k, v in sorted(spec.tolerance.items())},
+        "cases": [c.model_dump(mode="json") for c in spec.cases],
+        "profile": profile_for(spec, target),
+        "peaks": {k: v.model_dump() for k, v in sorted(target.peaks.items())},
+    }
+
+
+def add_machine(components: dict, fingerprint: dict) -> dict:
+    fp = dict(fingerprint)
+    runtime = fp.pop("runtime", {})
+    return {**components, "hardware": fp, "runtime": runtime}
+
+
+def portable(components: dict) -> dict:
+    return {k: v for k, v in components.items() if k not in PORTABLE_EXCLUDE}
+
+
+# -- explaining differences ------------------------------------------------------------------
+def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """One line per changed component, e.g. 'spec.intent changed (3 lines)'."""
+    lines = []
+    for name in sorted(set(old) | set(new)):
+        label = f"{prefix}{name}"
+        if name not in old:
+            lines.append(f"{label} added")
+        elif name not in new:
+            lines.append(f"{label} removed")
+        elif old[name] != new[name]:
+            lines.append(_describe(label, old[name], new[name]))
+    return lines
+
+
+def _describe(label: str, old, new) -> str:
+    if isinstance(old, str) and isinstance(new, str):
+        if len(old) > 60 or len(new) > 60 or "\n" in old + new:
+            return f"{label} changed ({_changed_words(old, new)})"
+        return f"{label} changed ({old or '∅'} → {new or '∅'})"
+    if isinstance(old, dict) and isinstance(new, dict):
+        inner = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        if len(inner) <= 3 and all(not isinstance(old.get(k), (dict, list)) for k in inner):
+            parts = [f"{k}: {_short(old.get(k))} → {_short(new.get(k))}" for k in inner]
+            return f"{label} changed ({'; '.join(parts)})"
+        return f"{label} changed ({', '.join(inner[:6])}{'…' if len(inner) > 6 else ''})"
+    if isinstance(old, list) and isinstance(new, list):
+        return f"{label} changed ({len(old)} → {len(new)} items)" if len(old) != len(new) else \
+            f"{label} changed ({sum(a != b for a, b in zip(old, new))} of {len(old)} items)"
+    return f"{label} changed ({_short(old)} → {_short(new)})"
+
+
+def _short(v) -> str:
+    s = canonical(v) if not isinstance(v, str) else v
+    return s if len(s) <= 40 else s[:37] + "…"
+
+
+def _changed_words(old: str, new: str) -> str:
+    a, b = old.split(), new.split()
+    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    changed = sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in sm.get_opcodes() if op != "equal")
+    return f"{changed} word{'s' if changed != 1 else ''}"

@@ -1,0 +1,27 @@
+"""Per-machine results (compiled binaries, resource reports): a diskcache outside the repo.
+
+Location: $REGEN_LOCAL_CACHE, else ~/.cache/regen. Nothing here is committed; deleting it only costs
+recompilation.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def location() -> Path:
+    env = os.environ.get("REGEN_LOCAL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "regen"
+
+
+_CACHE = None
+
+
+def cache():
+    global _CACHE
+    if _CACHE is None:
+        import diskcache
+
+        _CACHE = diskcache.Cache(str(location()), size_limit=4 * 2**30)
+    return _CACHE

@@ -1,0 +1,146 @@
+"""The project on disk: specs/, oracles/, targets/, cache/. Loads and cross-checks them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import networkx as nx
+
+from .errors import InputError
+from .oracle import check_oracle, oracle_digest
+from .spec import Spec, load_spec
+from .target import Target, load_target
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest folder holding specs/ (or REGEN_ROOT)."""
+    env = os.environ.get("REGEN_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "specs").is_dir() and (p / "targets").is_dir():
+            return p
+    raise InputError("no regen project here: expected specs/ and targets/ in this folder or a parent "
+                     "(run `regen new KERNEL` in an empty folder to start one)")
+
+
+@dataclass
+class Project:
+    root: Path
+    _specs: dict[str, Spec] = field(default_factory=dict)
+    _oracle_digests: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def spec_dir(self) -> Path:
+        return self.root / "specs"
+
+    @property
+    def oracle_dir(self) -> Path:
+        return self.root / "oracles"
+
+    @property
+    def target_dir(self) -> Path:
+        return self.root / "targets"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    # -- discovery ---------------------------------------------------------------------
+    def kernel_names(self) -> list[str]:
+        return sorted(p.stem for p in self.spec_dir.glob("*.yaml"))
+
+    def target_names(self) -> list[str]:
+        return sorted(p.stem for p in self.target_dir.glob("*.yaml") if not p.stem.startswith("_"))
+
+    def spec(self, name: str) -> Spec:
+        if name not in self._specs:
+            path = self.spec_dir / f"{name}.yaml"
+            if not path.exists():
+                raise InputError(f"unknown kernel {name!r}; known: {', '.join(self.kernel_names())}",
+                                 file=str(path))
+            self._specs[name] = load_spec(path)
+        return self._specs[name]
+
+    @cached_property
+    def targets(self) -> dict[str, Target]:
+        return {n: load_target(self.target_dir / f"{n}.yaml") for n in self.target_names()}
+
+    def target(self, name: str) -> Target:
+        if name not in self.target_names():
+            raise InputError(f"unknown target {name!r}; known: {', '.join(self.target_names())}",
+                             file=str(self.target_dir / f"{name}.yaml"))
+        return self.targets[name]
+
+    def oracle_path(self, name: str) -> Path:
+        return self.oracle_dir / f"{name}.py"
+
+    def oracle_digest(self, name: str) -> str:
+        if name not in self._oracle_digests:
+            path = self.oracle_path(name)
+            check_oracle(path)
+            self._oracle_digests[name] = oracle_digest(path)
+        return self._oracle_digests[name]
+
+    # -- cross-checks ------------------------------------------------------------------
+    def component_order(self, names: list[str] | None = None) -> list[str]:
+        """Kernels in dependency order (components first); a cycle is an input error."""
+        graph = nx.DiGraph()
+        todo = list(names or self.kernel_names())
+        while todo:
+            name = todo.pop()
+            if name in graph and graph.nodes[name].get("seen"):
+                continue
+            graph.add_node(name, seen=True)
+            for comp in self.spec(name).components:
+                if comp not in self.kernel_names():
+                    raise InputError(f"component {comp!r} has no spec", file=str(
+                        self.spec_dir / f"{name}.yaml"), field="components")
+                graph.add_edge(comp, name)
+                todo.append(comp)
+        try:
+            return list(nx.lexicographical_topological_sort(graph))
+        except nx.NetworkXUnfeasible:
+            cycle = nx.find_cycle(graph)
+            path = " -> ".join([cycle[0][0], *(v for _, v in cycle)])
+            raise InputError(f"components form a cycle: {path}",
+                             file=str(self.spec_dir / f"{cycle[0][1]}.yaml"),
+                             field="components") from None
+
+    def applies(self, spec: Spec, target: Target) -> str | None:
+        """None if the target column applies to the kernel, else why not."""
+        if spec.targets is not None:
+            unknown = [t for t in spec.targets if t not in self.target_names()]
+            if unknown:
+                raise InputError(f"unknown targets {unknown}; known: {self.target_names()}",
+                                 file=str(self.spec_dir / f"{spec.name}.yaml"), field="targets")
+            if target.name not in spec.targets:
+                return f"spec.targets does not list {target.name}"
+        return None
+
+    def pairs(self, kernels: list[str] | None = None, targets: list[str] | None = None):
+        """(spec, target) pairs to consider, components before their users."""
+        kernels = kernels or self.kernel_names()
+        for k in kernels:
+            self.spec(k)
+        tnames = targets or self.target_names()
+        for t in tnames:
+            self.target(t)
+        for k in self.component_order(kernels):
+            if kernels and k not in kernels and k not in self._needed_components(kernels):
+                continue
+            for t in tnames:
+                yield self.spec(k), self.targets[t]
+
+    def _needed_components(self, kernels: list[str]) -> set[str]:
+        out, todo = set(), list(kernels)
+        while todo:
+            for c in self.spec(todo.pop()).components:
+                if c not in out:
+                    out.add(c)
+                    todo.append(c)
+        return out
