@@ -120,5 +120,6 @@ def parse_answer(text: str, language: str) -> tuple[str, str, str]:
     try:
         parse_recipe(recipe, "launch.yaml")
     except InputError as exc:
-        raise ParseError(f"launch.yaml is invalid: {exc}") from None
+        where = f"{exc.field}: " if exc.field else ""
+        raise ParseError(f"launch.yaml is invalid: {where}{exc.detail}") from None
     return source, recipe, parse_note(text)
