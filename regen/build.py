@@ -243,6 +243,10 @@ def _generate(ctx: Context, node, spec, target, feedback: str | None = None,
     from .generators import Candidate
     from .prompt import make_request_factory
 
+    # components may have been regenerated since planning: key against what is cached now
+    fresh = planning.plan_node(ctx.project, ctx.store, spec, target)
+    node.generate_components, node.generate_key = fresh.generate_components, fresh.generate_key
+
     components = _component_artifacts(ctx, spec, target)
     factory = make_request_factory(spec, target, components)
     verify_here = node.here is not None
@@ -317,12 +321,19 @@ def build(ctx: Context, nodes: list[planning.Node], jobs: int = 1) -> list[Resul
         if ctx.progress:
             ctx.progress(results[i], i, len(nodes))
 
-    if jobs <= 1:
-        for i in range(len(nodes)):
-            one(i)
-    else:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            list(pool.map(one, range(len(nodes))))
+    # waves by component depth: a kernel starts only after its components are built
+    depth: dict[str, int] = {}
+    for n in nodes:
+        spec = ctx.project.spec(n.kernel)
+        depth[n.kernel] = 1 + max((depth.get(c, 0) for c in spec.components), default=-1)
+    for level in sorted(set(depth.values())):
+        wave = [i for i, n in enumerate(nodes) if depth[n.kernel] == level]
+        if jobs <= 1:
+            for i in wave:
+                one(i)
+        else:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                list(pool.map(one, wave))
     return [r for r in results if r is not None]
 
 

@@ -60,6 +60,7 @@ def verified_where(record: dict) -> str:
 
 def plan_node(project, store: Store, spec, target, verify_components_fn=None) -> Node:
     node = Node(spec.name, target.name, UP_TO_DATE)
+    oracle = project.oracle_digest(spec.name)  # validates the oracle even when nothing is cached
     why_not = project.applies(spec, target)
     if why_not:
         node.action, node.reasons = UNSUPPORTED, [why_not]
@@ -81,7 +82,7 @@ def plan_node(project, store: Store, spec, target, verify_components_fn=None) ->
         node.reasons = keys.differences(entry.generate, gen)
         return node
 
-    want = keys.verify_components(spec, target, project.oracle_digest(spec.name), "",
+    want = keys.verify_components(spec, target, oracle, "",
                                   entry.recipe_digest)
     try:
         ident = toolchain_identity(target)
@@ -142,4 +143,16 @@ def plan_node(project, store: Store, spec, target, verify_components_fn=None) ->
 
 
 def plan(project, store: Store, kernels=None, targets=None) -> list[Node]:
-    return [plan_node(project, store, spec, target) for spec, target in project.pairs(kernels, targets)]
+    """Plan every pair, components first; a regenerated component makes its users regenerate."""
+    nodes, regenerating = [], set()
+    for spec, target in project.pairs(kernels, targets):
+        node = plan_node(project, store, spec, target)
+        if node.action not in (GENERATE, REGENERATE, UNSUPPORTED):
+            dirty = [c for c in spec.components if (c, target.name) in regenerating]
+            if dirty:
+                node.action = REGENERATE
+                node.reasons = [f"component {c} will be regenerated" for c in dirty]
+        if node.needs_generator:
+            regenerating.add((spec.name, target.name))
+        nodes.append(node)
+    return nodes
