@@ -13,6 +13,7 @@ import functools
 import importlib.metadata as metadata
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -74,15 +75,28 @@ def header_dirs() -> tuple[tuple[str, str, str], ...]:
             continue
         if role not in REQUIRED_HEADERS:
             continue
-        try:
-            from cuda import pathfinder
-            located = pathfinder.locate_nvidia_header_directory(
-                {"cuda-runtime": "cudart", "cccl": "cccl"}[role])
-        except Exception:  # noqa: BLE001 - any failure means "not found here"
-            located = None
-        if located is not None and located.abs_path:
-            found.append((role, located.abs_path, _macro_version(Path(located.abs_path), role)))
+        directory = _toolkit_include_dir(role, marker)
+        if directory is not None:
+            found.append((role, str(directory), _macro_version(directory, role)))
     return tuple(found)
+
+
+def _toolkit_include_dir(role: str, marker: str) -> Path | None:
+    """A CUDA toolkit's include directory: as cuda.pathfinder finds it (CUDA_HOME, conda), else
+    next to nvcc on PATH, else /usr/local/cuda."""
+    candidates = []
+    try:
+        from cuda import pathfinder
+        located = pathfinder.locate_nvidia_header_directory(
+            {"cuda-runtime": "cudart", "cccl": "cccl"}[role])
+        if located is not None and located.abs_path:
+            candidates.append(Path(located.abs_path))
+    except Exception:  # noqa: BLE001 - any failure means "not found this way"
+        pass
+    nvcc = shutil.which("nvcc")
+    for root in ([Path(nvcc).resolve().parent.parent] if nvcc else []) + [Path("/usr/local/cuda")]:
+        candidates += [root / "include", root / "include" / "cccl"]
+    return next((c for c in candidates if (c / marker).is_file()), None)
 
 
 def _nvrtc():
@@ -117,12 +131,14 @@ def _check(nvrtc, err, what: str) -> None:
         raise RuntimeError(f"{what} failed: {err.name}")
 
 
-def _binary_utility(name: str) -> str | None:
+def find_tool(name: str) -> str | None:
+    """Path of a CUDA binary utility (cuobjdump, nvdisasm) from its wheel or a toolkit, or None."""
     try:
         from cuda import pathfinder
-        return pathfinder.find_nvidia_binary_utility(name)
-    except Exception:  # noqa: BLE001
-        return None
+        found = pathfinder.find_nvidia_binary_utility(name)
+    except Exception:  # noqa: BLE001 - not found this way
+        found = None
+    return found or shutil.which(name)
 
 
 # --- the ptxas -v log -------------------------------------------------------------------------
@@ -185,6 +201,11 @@ class Toolchain:
     name = "nvrtc"
     binary_suffix = ".cubin"
 
+    def __init__(self, disassemble: bool = True):
+        # SASS costs about 0.8 s per compile (nvdisasm start-up); callers that never check
+        # instructions can skip it.
+        self.disassemble = disassemble
+
     def problem(self) -> str | None:
         try:
             nvrtc_version()
@@ -237,7 +258,7 @@ class Toolchain:
             nvrtc.nvrtcDestroyProgram(program)
         seconds = time.perf_counter() - start
         binary = bytes(cubin)
-        disassembly, note = disassemble(binary)
+        disassembly, note = disassemble(binary) if self.disassemble else (None, "")
         if note:
             log = f"{log}\n{note}".strip()
         return CompileResult(ok=True, binary=binary, log=log, resources=parse_ptxas_log(log),
@@ -257,7 +278,7 @@ def disassemble(cubin: bytes) -> tuple[str | None, str]:
     """SASS of a cubin via cuobjdump --dump-sass: (text or None, note on why not when it failed).
 
     Missing tools give (None, ""): SASS is optional. A tool that is present but fails is noted."""
-    cuobjdump, nvdisasm = _binary_utility("cuobjdump"), _binary_utility("nvdisasm")
+    cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if not cuobjdump or not nvdisasm:
         return None, ""
     env = dict(os.environ)
