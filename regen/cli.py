@@ -301,6 +301,13 @@ def cmd_diff(args) -> int:
     return run_diff(_project(args), args)
 
 
+def cmd_check(args) -> int:
+    from .ci import check
+
+    project = _project(args)
+    return check(project, _store(project), args.kernels or None, args.target or None, args.json)
+
+
 # -- parser ------------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="regen", description=__doc__.split("\n")[0])
@@ -409,6 +416,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     sp.add_argument("--detailed-exitcode", action="store_true")
     sp.set_defaults(func=cmd_diff)
+
+    sp = sub.add_parser("check", help="plan only (CI on CPU): exit 3 naming each cache entry whose "
+                        "spec, oracle or target changed without regeneration or re-verification")
+    selection(sp)
+    sp.set_defaults(func=cmd_check)
     return p
 
 
