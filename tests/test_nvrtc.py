@@ -187,3 +187,29 @@ def test_parse_keeps_advisories_for_their_kernel():
 
 def test_parse_of_an_empty_log_finds_no_kernels():
     assert parse_ptxas_log("") == {}
+
+
+def test_without_cuda_bindings_the_problem_names_the_wheels():
+    """In a child whose cuda.bindings cannot be imported (as on a machine without the extras)."""
+    import subprocess
+    import sys
+    child = (
+        "import sys; sys.modules['cuda.bindings'] = None\n"
+        "from pathlib import Path\n"
+        "from regen.target import load_target\n"
+        "from regen.toolchains.nvrtc import Toolchain\n"
+        "t = load_target(Path('targets/h100.yaml'))\n"
+        "tc = Toolchain()\n"
+        "print(tc.identity(t)['version'])\n"
+        "r = tc.compile('extern \"C\" __global__ void k() {}', t)\n"
+        "print(r.ok)\n"
+        "print(tc.problem())\n")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         cwd=root, timeout=120)
+    assert out.returncode == 0, out.stderr
+    version, ok, problem = out.stdout.splitlines()
+    assert (version, ok) == ("unavailable", "False")
+    assert "NVRTC is not usable" in problem
+    for wheel in ("cuda-bindings", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "nvidia-cuda-cccl"):
+        assert wheel in problem

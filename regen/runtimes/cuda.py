@@ -85,19 +85,20 @@ _PARAM_SIZES = {"tensor": 8, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
 
 
 class Timer:
-    """Device time between start() and stop() on torch's current stream, in seconds."""
+    """Device time between start() and stop() on torch's current stream (CUDA events)."""
 
-    def __init__(self, runtime: "Runtime"):
-        self._runtime = runtime
+    def __init__(self):
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
 
     def start(self) -> None:
         self._start.record()
 
-    def stop(self) -> float:
+    def stop(self) -> None:
         self._end.record()
-        self._runtime.synchronize()  # whole device: work hidden on another stream is waited for
+
+    def seconds(self) -> float:
+        self._end.synchronize()
         return self._start.elapsed_time(self._end) / 1e3
 
 
@@ -194,7 +195,7 @@ class Runtime:
         check(driver.cuCtxSynchronize()[0], "synchronize after kernel launches")
 
     def timer(self) -> Timer:
-        return Timer(self)
+        return Timer()
 
     def l2_bytes(self) -> int:
         attribute = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
@@ -213,6 +214,9 @@ class Runtime:
             # Unsupported on some parts (e.g. MIG slices): then there is nothing to reset.
             self._reset_persisting_l2 = (
                 driver.cuCtxResetPersistingL2Cache()[0] == driver.CUresult.CUDA_SUCCESS)
+
+    def fingerprint(self) -> dict:
+        return fingerprint()
 
     def close(self) -> None:
         if self._module is not None:
@@ -233,12 +237,14 @@ def fingerprint() -> dict:
                driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device)
     import cuda.bindings
     return {
+        "vendor": "nvidia",
         "device": torch.cuda.get_device_name(ordinal),
+        "arch": f"sm_{props.major}{props.minor}",
         "compute_capability": f"{props.major}.{props.minor}",
         "sm_count": props.multi_processor_count,
         "memory_bytes": props.total_memory,
         "l2_bytes": int(l2),
-        "driver": _kernel_driver_version(),
+        "driver": _kernel_driver_version(),  # as nvidia-smi reports it (regen.hardware)
         "driver_cuda_version": f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}",
         "cuda_runtime": torch.version.cuda,
         "torch": torch.__version__,

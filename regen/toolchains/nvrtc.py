@@ -224,9 +224,13 @@ class Toolchain:
                 *[f for f in FORCED_FLAGS if f not in target.toolchain.flags]]
 
     def identity(self, target) -> dict:
+        try:
+            version = nvrtc_version()
+        except Exception:  # noqa: BLE001 - not installed: compile() reports problem() instead
+            version = {"version": "unavailable"}
         return {
             "tool": "nvrtc",
-            **nvrtc_version(),
+            **version,
             "arch": target.arch,
             "flags": self.flags(target),
             "headers": {role: version for role, _, version in header_dirs()},
