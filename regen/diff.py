@@ -1,0 +1,706 @@
+"""`regen diff [BASE [HEAD]]`: review spec changes, not generated code.
+
+A pull request that touches a kernel changes prose, tolerances and an oracle; the generated source in
+cache/ is a lockfile. This command reads BASE (default HEAD) and HEAD (default the working tree)
+from git, loads both with the same loaders the build uses, and reports:
+
+- a semantic diff per spec (intent as a sentence-per-line diff with a word count, summary,
+  signature, invariants, tolerances, cases, profile, components, targets), per oracle (the AST digest
+  decides: a comment-only edit is no change) and per target (which fields);
+- the plan for every (kernel, target) of HEAD, one reason per line, computed by comparing BASE's and
+  HEAD's key components: generate (new spec or target), regenerate (generate key), re-verify
+  (verify key: oracle, tolerances, cases, profile, peaks, hardware), recompile (toolchain), unchanged;
+- what the committed cache at HEAD says about each node (regen.plan.plan_node), so a reviewer sees
+  whether the pull request brought its regenerated or re-verified entries along;
+- which cache entries and records changed.
+
+Formats: text, markdown (a pull-request comment), json. `--detailed-exitcode`: 0 no change,
+1 error, 2 changes. YAML formatting, comments and prose reflowing are not changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import keys
+from .errors import InputError, RegenError
+from .oracle import oracle_digest
+from .spec import normalise_prose
+from .target import load_target
+
+TRACKED = ("specs", "oracles", "targets", "cache")
+
+# actions in the change plan (BASE -> HEAD)
+GENERATE, REGENERATE, REVERIFY, RECOMPILE = "generate", "regenerate", "re-verify", "recompile"
+UNCHANGED, REMOVED, UNSUPPORTED = "unchanged", "removed", "unsupported"
+
+# which part of the keys a spec or target field feeds (what a change to it causes)
+SPEC_EFFECT = {"summary": REGENERATE, "intent": REGENERATE, "signature": REGENERATE,
+               "invariants": REGENERATE, "components": REGENERATE, "salt": REGENERATE,
+               "cases": REVERIFY, "tolerance": REVERIFY, "profile": REVERIFY, "targets": "plan"}
+TARGET_EFFECT = {"toolchain": RECOMPILE, "peaks": REVERIFY, "hardware": REVERIFY}
+TARGET_PROMPT_FIELDS = ("name", "description", "vendor", "arch", "language", "limits", "features",
+                        "notes", "taxonomy")
+
+
+# -- the model of a diff -----------------------------------------------------------------------
+@dataclass
+class Change:
+    field: str                      # dotted path, e.g. "tolerance.float32.atol"
+    text: str                       # one line for people
+    effect: str                     # regenerate | re-verify | recompile | plan | none
+    diff: list[str] = field(default_factory=list)   # unified diff lines, where useful
+
+
+@dataclass
+class Item:
+    kind: str                       # spec | oracle | target
+    name: str
+    status: str                     # added | removed | changed | formatting | unchanged
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.status in ("added", "removed", "changed")
+
+
+@dataclass
+class Row:
+    kernel: str
+    target: str
+    action: str
+    reasons: list[str]
+    cache_action: str | None = None     # what the committed cache at HEAD needs (plan_node)
+    cache_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel}@{self.target}"
+
+
+@dataclass
+class Report:
+    base: str
+    head: str
+    items: list[Item]
+    plan: list[Row]
+    cache: list[str]
+
+    @property
+    def changed(self) -> bool:
+        return (any(i.changed for i in self.items) or bool(self.cache)
+                or any(r.action != UNCHANGED for r in self.plan))
+
+    def to_json(self) -> dict:
+        return {"base": self.base, "head": self.head, "changed": self.changed,
+                "items": [{**asdict(i), "changes": [asdict(c) for c in i.changes]}
+                          for i in self.items],
+                "plan": [asdict(r) for r in self.plan], "cache": self.cache}
+
+
+# -- git: materialise a revision -----------------------------------------------------------------
+def _git(cwd: Path, *args: str, binary: bool = False):
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=120,
+                              text=not binary)
+    except FileNotFoundError:
+        raise InputError("regen diff compares git revisions, but git is not installed") from None
+    return proc
+
+
+def _git_toplevel(root: Path) -> Path:
+    proc = _git(root, "rev-parse", "--show-toplevel")
+    if proc.returncode != 0:
+        raise InputError(f"regen diff compares git revisions, but {root} is not in a git repository")
+    return Path(proc.stdout.strip()).resolve()
+
+
+def _commit(root: Path, rev: str) -> str:
+    proc = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if proc.returncode != 0:
+        raise InputError(f"{rev!r} is not a commit in this repository (no commits yet, or a typo?)",
+                         field="BASE/HEAD")
+    return proc.stdout.strip()
+
+
+def materialise(root: Path, rev: str, into: Path) -> Path:
+    """Write specs/, oracles/, targets/ and cache/ of `rev` under `into`; returns the project root
+    there (the same sub-folder of the repository as `root`)."""
+    top = _git_toplevel(root)
+    prefix = root.resolve().relative_to(top).as_posix()
+    prefix = "" if prefix == "." else prefix
+    commit = _commit(root, rev)
+    paths = []
+    for d in TRACKED:
+        p = f"{prefix}/{d}" if prefix else d
+        if _git(root, "cat-file", "-e", f"{commit}:{p}").returncode == 0:
+            paths.append(p)
+    project_root = into / prefix if prefix else into
+    if paths:
+        proc = _git(top, "archive", "--format=tar", commit, "--", *paths, binary=True)
+        if proc.returncode != 0:
+            raise InputError(f"git archive {rev} failed: {proc.stderr.decode(errors='replace').strip()}")
+        with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(into, filter="data")
+            else:  # pragma: no cover - Python < 3.11.4
+                tar.extractall(into)
+    for d in ("specs", "targets", "oracles"):
+        (project_root / d).mkdir(parents=True, exist_ok=True)
+    return project_root
+
+
+def _describe_rev(root: Path, rev: str) -> str:
+    return f"{rev} ({_commit(root, rev)[:10]})"
+
+
+# -- one side of the diff ------------------------------------------------------------------------
+class Side:
+    """A project as it is at one revision. BASE is lenient (a spec that does not load there is
+    reported, not fatal); HEAD is strict (an invalid spec is the user's error to fix)."""
+
+    def __init__(self, root: Path, label: str, strict: bool):
+        from .project import Project
+        from .store import Store
+
+        self.label, self.strict = label, strict
+        self.project = Project(root)
+        self.store = Store(root / "cache")
+        self.specs, self.spec_text, self.invalid = {}, {}, {}
+        for name in self.project.kernel_names():
+            path = self.project.spec_dir / f"{name}.yaml"
+            self.spec_text[name] = path.read_text()
+            try:
+                self.specs[name] = self.project.spec(name)
+            except InputError as exc:
+                if strict:
+                    raise
+                self.invalid[name] = _relabel(str(exc), root, label)
+        self.oracle_text, self.oracle_digests = {}, {}
+        for path in sorted(self.project.oracle_dir.glob("*.py")):
+            self.oracle_text[path.stem] = path.read_text()
+            try:
+                self.oracle_digests[path.stem] = oracle_digest(path)
+            except InputError as exc:
+                if strict and path.stem in self.specs:
+                    raise
+                self.oracle_digests[path.stem] = None
+                self.invalid[f"oracle {path.stem}"] = _relabel(str(exc), root, label)
+        self.targets = {}
+        for name in self.project.target_names():
+            try:
+                self.targets[name] = load_target(self.project.target_dir / f"{name}.yaml")
+            except InputError as exc:
+                if strict:
+                    raise
+                self.invalid[f"target {name}"] = _relabel(str(exc), root, label)
+        if strict:  # the project's plan reads the same targets: parse the YAML once
+            self.project.__dict__["targets"] = dict(self.targets)
+
+    def supported(self, kernel: str, target: str) -> bool:
+        spec, tgt = self.specs.get(kernel), self.targets.get(target)
+        if spec is None or tgt is None:
+            return False
+        try:
+            return self.project.applies(spec, tgt) is None
+        except InputError:
+            if self.strict:
+                raise
+            return False
+
+    def component_ids(self, spec, target: str) -> dict[str, str]:
+        out = {}
+        for c in spec.components:
+            entry = self.store.current(c, target)
+            out[c] = entry.id if entry else "missing"
+        return out
+
+
+def _relabel(message: str, root: Path, label: str) -> str:
+    return message.replace(str(root) + "/", f"{label}:")
+
+
+# -- semantic comparison ---------------------------------------------------------------------------
+def _fmt(value) -> str:
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, float):
+        text = repr(value)
+    else:
+        text = keys.canonical(value)
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
+def _flat(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def _flat_changes(name: str, old, new, effect: str) -> list[Change]:
+    fo, fn = _flat(old), _flat(new)
+    out = []
+    for k in sorted(set(fo) | set(fn), key=str):
+        path = f"{name}.{k}" if k else name
+        if k not in fo:
+            out.append(Change(path, f"added: {_fmt(fn[k])}", effect))
+        elif k not in fn:
+            out.append(Change(path, f"removed (was {_fmt(fo[k])})", effect))
+        elif fo[k] != fn[k]:
+            if isinstance(fo[k], str) and isinstance(fn[k], str) and (
+                    len(fo[k]) > 60 or len(fn[k]) > 60 or "\n" in fo[k] + fn[k]):
+                out.append(_prose(path, fo[k], fn[k], effect))
+            else:
+                out.append(Change(path, f"{_fmt(fo[k])} → {_fmt(fn[k])}", effect))
+    return out
+
+
+def _word_counts(old: str, new: str) -> tuple[int, int]:
+    a, b = old.split(), new.split()
+    added = removed = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op in ("replace", "delete"):
+            removed += i2 - i1
+        if op in ("replace", "insert"):
+            added += j2 - j1
+    return added, removed
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9`(\[\"'])")
+
+
+def sentences(text: str) -> list[str]:
+    """Prose as one sentence per line, paragraphs kept: line breaks of the YAML do not matter."""
+    lines: list[str] = []
+    for i, para in enumerate(p for p in re.split(r"\n\s*\n", text.strip()) if p.strip()):
+        if i:
+            lines.append("")
+        lines += _SENTENCE_END.split(normalise_prose(para))
+    return lines
+
+
+def _prose(name: str, old: str, new: str, effect: str) -> Change:
+    added, removed = _word_counts(normalise_prose(old), normalise_prose(new))
+    counts = ", ".join(p for p in (f"{added} word{'s' * (added != 1)} added" if added else "",
+                                   f"{removed} removed" if removed else "") if p) or "reordered"
+    diff = list(difflib.unified_diff(sentences(old), sentences(new), lineterm="", n=1))[2:]
+    return Change(name, counts, effect, diff)
+
+
+def _by(items: list[dict], key) -> dict:
+    out: dict = {}
+    for it in items:
+        k = key(it)
+        while k in out:
+            k += "#"
+        out[k] = it
+    return out
+
+
+def _case_label(case, default_dtype: str) -> str:
+    return case.label(default_dtype) + (" (bench)" if case.bench else "")
+
+
+def _normalise_signature(sig: dict) -> dict:
+    for t in sig["inputs"] + sig["outputs"] + sig["params"]:
+        t["description"] = normalise_prose(t.get("description", ""))
+    return {"dtypes": sig["dtypes"], "inputs": _by(sig["inputs"], lambda t: t["name"]),
+            "outputs": _by(sig["outputs"], lambda t: t["name"]),
+            "params": _by(sig["params"], lambda t: t["name"])}
+
+
+def spec_changes(old, new) -> list[Change]:
+    out: list[Change] = []
+    if normalise_prose(old.summary) != normalise_prose(new.summary):
+        out.append(Change("summary", f"{_fmt(normalise_prose(old.summary))} → "
+                                     f"{_fmt(normalise_prose(new.summary))}", REGENERATE))
+    if normalise_prose(old.intent) != normalise_prose(new.intent):
+        out.append(_prose("intent", old.intent, new.intent, REGENERATE))
+    out += _flat_changes("signature", _normalise_signature(old.signature.model_dump(mode="json")),
+                         _normalise_signature(new.signature.model_dump(mode="json")), REGENERATE)
+    inv = lambda s: {i.name: normalise_prose(i.description) for i in s.invariants}  # noqa: E731
+    out += _flat_changes("invariants", inv(old), inv(new), REGENERATE)
+    old_cases = _by([c for c in old.cases], lambda c: _case_label(c, old.signature.dtypes[0]))
+    new_cases = _by([c for c in new.cases], lambda c: _case_label(c, new.signature.dtypes[0]))
+    for label in [*old_cases, *(k for k in new_cases if k not in old_cases)]:
+        a, b = old_cases.get(label), new_cases.get(label)
+        if a is None:
+            out.append(Change(f"cases[{label}]", "added", REVERIFY))
+        elif b is None:
+            out.append(Change(f"cases[{label}]", "removed", REVERIFY))
+        elif a != b:
+            out += _flat_changes(f"cases[{label}]", a.model_dump(mode="json"),
+                                 b.model_dump(mode="json"), REVERIFY)
+    out += _flat_changes("tolerance", {k: v.model_dump() for k, v in old.tolerance.items()},
+                         {k: v.model_dump() for k, v in new.tolerance.items()}, REVERIFY)
+    out += _flat_changes("profile", old.profile.model_dump(mode="json"),
+                         new.profile.model_dump(mode="json"), REVERIFY)
+    if old.components != new.components:
+        out.append(Change("components", f"{_fmt(old.components)} → {_fmt(new.components)}",
+                          REGENERATE))
+    if old.targets != new.targets:
+        show = lambda t: "every target" if t is None else ", ".join(t) or "none"  # noqa: E731
+        out.append(Change("targets", f"{show(old.targets)} → {show(new.targets)}", "plan"))
+    if old.salt != new.salt:
+        out.append(Change("salt", f"{_fmt(old.salt or '∅')} → {_fmt(new.salt or '∅')}", REGENERATE))
+    handled = {"name", "summary", "intent", "signature", "invariants", "cases", "tolerance",
+               "profile", "components", "targets", "salt"}
+    for name in type(new).model_fields:
+        if name not in handled and getattr(old, name, None) != getattr(new, name, None):
+            out += _flat_changes(name, _dump(getattr(old, name, None)),
+                                 _dump(getattr(new, name, None)), SPEC_EFFECT.get(name, REGENERATE))
+    return out
+
+
+def _dump(v):
+    return v.model_dump(mode="json") if hasattr(v, "model_dump") else v
+
+
+def target_changes(old, new) -> list[Change]:
+    a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
+    out: list[Change] = []
+    for name in sorted(set(a) | set(b)):
+        va, vb = a.get(name), b.get(name)
+        if name in ("notes", "description"):
+            va, vb = normalise_prose(va or ""), normalise_prose(vb or "")
+        if va == vb:
+            continue
+        effect = TARGET_EFFECT.get(name, REGENERATE if name in TARGET_PROMPT_FIELDS else "plan")
+        if name == "taxonomy":
+            va, vb = _by(va, lambda c: c["id"]), _by(vb, lambda c: c["id"])
+        if name in ("features",):
+            added = [f for f in vb if f not in va]
+            removed = [f for f in va if f not in vb]
+            text = ", ".join([*(f"+{f}" for f in added), *(f"−{f}" for f in removed)]) or \
+                f"{_fmt(va)} → {_fmt(vb)}"
+            out.append(Change(name, text, effect))
+            continue
+        out += _flat_changes(name, va, vb, effect)
+    return out
+
+
+def oracle_change(name: str, base: Side, head: Side) -> Item | None:
+    in_b, in_h = name in base.oracle_text, name in head.oracle_text
+    if not in_b and not in_h:
+        return None
+    if not in_b:
+        return Item("oracle", name, "added")
+    if not in_h:
+        return Item("oracle", name, "removed")
+    src_b, src_h = base.oracle_text[name], head.oracle_text[name]
+    if src_b == src_h:
+        return Item("oracle", name, "unchanged")
+    db, dh = base.oracle_digests.get(name), head.oracle_digests.get(name)
+    if db is not None and db == dh:
+        return Item("oracle", name, "formatting", [Change(
+            "code", "comments, docstrings or layout only: the AST is unchanged, nothing to do",
+            "none")])
+    diff = list(difflib.unified_diff(src_b.splitlines(), src_h.splitlines(),
+                                     f"a/oracles/{name}.py", f"b/oracles/{name}.py", lineterm=""))
+    return Item("oracle", name, "changed", [Change(
+        "code", f"code changed (AST digest {(db or 'invalid')[:12]} → {(dh or 'invalid')[:12]})",
+        REVERIFY, diff)])
+
+
+# -- the plan --------------------------------------------------------------------------------------
+def _toolchain(target) -> dict:
+    return {"name": target.toolchain.name, "flags": list(target.toolchain.flags),
+            "arch": target.arch}
+
+
+def _short_digest(d: str | None) -> str:
+    return (d or "missing")[:12]
+
+
+def change_plan(base: Side, head: Side) -> list[Row]:
+    from .prompt import TEMPLATE_VERSION
+
+    rows: list[Row] = []
+    planned: dict[tuple[str, str], str] = {}
+    head_pairs = set()
+    for spec, target in head.project.pairs():
+        k, t = spec.name, target.name
+        head_pairs.add((k, t))
+        why_not = head.project.applies(spec, target)
+        if why_not:
+            if base.supported(k, t):
+                rows.append(Row(k, t, UNSUPPORTED, [why_not]))
+            continue
+        row = Row(k, t, UNCHANGED, [])
+        old_spec, old_target = base.specs.get(k), base.targets.get(t)
+        if k in base.invalid:
+            row.action, row.reasons = GENERATE, [f"the spec did not load at {base.label}"]
+        elif old_spec is None:
+            row.action, row.reasons = GENERATE, ["new spec"]
+        elif old_target is None:
+            row.action, row.reasons = GENERATE, ["new target"]
+        elif not base.supported(k, t):
+            row.action, row.reasons = GENERATE, [f"spec.targets now lists {t}"]
+        else:
+            gen_old = keys.generate_components(old_spec, old_target,
+                                               base.component_ids(old_spec, t), TEMPLATE_VERSION)
+            gen_new = keys.generate_components(spec, target, head.component_ids(spec, t),
+                                               TEMPLATE_VERSION)
+            diffs = keys.differences(gen_old, gen_new)
+            diffs += [f"component {c}@{t} will be {planned[(c, t)]}d" for c in spec.components
+                      if planned.get((c, t)) in (GENERATE, REGENERATE)]
+            v_old = keys.verify_components(old_spec, old_target,
+                                           _short_digest(base.oracle_digests.get(k)), "", "")
+            v_new = keys.verify_components(spec, target,
+                                           _short_digest(head.oracle_digests.get(k)), "", "")
+            vdiffs = keys.differences(v_old, v_new)
+            vdiffs += keys.differences({"target.hardware": old_target.hardware.match},
+                                       {"target.hardware": target.hardware.match})
+            tool = keys.differences({"toolchain": _toolchain(old_target)},
+                                    {"toolchain": _toolchain(target)})
+            if diffs:  # the new artifact is verified anyway; the other reasons still say why
+                row.action, row.reasons = REGENERATE, diffs + vdiffs + tool
+            elif vdiffs:
+                row.action, row.reasons = REVERIFY, vdiffs + tool
+            elif tool:
+                row.action, row.reasons = RECOMPILE, tool
+        planned[(k, t)] = row.action
+        rows.append(row)
+    for k in sorted(base.specs):
+        for t in sorted(base.targets):
+            if (k, t) in head_pairs or not base.supported(k, t):
+                continue
+            why = "spec removed" if k not in head.specs and k not in head.invalid else \
+                "target removed" if t not in head.targets else "no longer planned"
+            rows.append(Row(k, t, REMOVED, [why]))
+    return rows
+
+
+def add_cache_state(rows: list[Row], head: Side) -> None:
+    """What the committed cache at HEAD needs per node (the same plan `regen status` shows)."""
+    from . import plan as planning
+
+    for row in rows:
+        if row.action == REMOVED:
+            entry = head.store.current(row.kernel, row.target)
+            row.cache_action = "orphaned" if entry else "—"
+            row.cache_reasons = [f"cache/{row.kernel}/{row.target} can be deleted"] if entry else []
+            continue
+        node = planning.plan_node(head.project, head.store, head.project.spec(row.kernel),
+                                  head.project.target(row.target))
+        row.cache_action, row.cache_reasons = node.action, list(node.reasons)
+
+
+def cache_changes(base: Side, head: Side) -> list[str]:
+    pairs = set()
+    for side in (base, head):
+        for ptr in side.store.root.glob("*/*/current.json"):
+            pairs.add((ptr.parent.parent.name, ptr.parent.name))
+    out = []
+    for k, t in sorted(pairs):
+        eb, eh = base.store.current(k, t), head.store.current(k, t)
+        label = f"{k}@{t}"
+        if eh is not None and (eb is None or eb.id != eh.id):
+            try:
+                prov = eh.provenance()
+            except (OSError, ValueError):
+                prov = {}
+            who = prov.get("generator", "?")
+            extra = prov.get("model") or prov.get("author") or prov.get("command")
+            who += f" ({extra})" if extra else ""
+            out.append(f"{label}: new entry {eh.id} by {who}" if eb is None else
+                       f"{label}: entry {eb.id} → {eh.id} by {who}")
+        elif eh is None and eb is not None:
+            out.append(f"{label}: entry {eb.id} removed")
+        if eh is None:
+            continue
+        old = {(Path(r["_path"]).name, r.get("verified_at")) for r in
+               (base.store.records(k, t, eh.id) if eb is not None and eb.id == eh.id else [])}
+        for rec in head.store.records(k, t, eh.id):
+            if (Path(rec["_path"]).name, rec.get("verified_at")) in old:
+                continue
+            from .plan import verified_where
+
+            verdict = "passed" if rec.get("ok") else f"FAILED: {rec.get('reason')}"
+            out.append(f"{label}: new record, verified on {verified_where(rec)}: {verdict}")
+    return out
+
+
+def compare(base: Side, head: Side) -> Report:
+    items: list[Item] = []
+    for name in sorted(set(base.spec_text) | set(head.spec_text)):
+        if name not in base.spec_text:
+            items.append(Item("spec", name, "added"))
+        elif name not in head.spec_text:
+            items.append(Item("spec", name, "removed"))
+        elif name in base.invalid:
+            items.append(Item("spec", name, "changed", [Change(
+                "file", f"did not load at {base.label}: {base.invalid[name]}", REGENERATE)]))
+        else:
+            changes = spec_changes(base.specs[name], head.specs[name])
+            if changes:
+                items.append(Item("spec", name, "changed", changes))
+            elif base.spec_text[name] != head.spec_text[name]:
+                items.append(Item("spec", name, "formatting", [Change(
+                    "file", "YAML formatting, comments or prose line breaks only: nothing to do",
+                    "none")]))
+    for name in sorted(set(base.oracle_text) | set(head.oracle_text)):
+        item = oracle_change(name, base, head)
+        if item is not None and item.status != "unchanged":
+            items.append(item)
+    for name in sorted(set(base.targets) | set(head.targets)):
+        if name not in base.targets:
+            items.append(Item("target", name, "added"))
+        elif name not in head.targets:
+            items.append(Item("target", name, "removed"))
+        else:
+            changes = target_changes(base.targets[name], head.targets[name])
+            if changes:
+                items.append(Item("target", name, "changed", changes))
+    rows = change_plan(base, head)
+    add_cache_state(rows, head)
+    return Report(base.label, head.label, items, rows, cache_changes(base, head))
+
+
+# -- rendering -------------------------------------------------------------------------------------
+EFFECT_NOTE = {REGENERATE: "regenerate", REVERIFY: "re-verify", RECOMPILE: "recompile",
+               "plan": "changes the plan", "none": "no effect"}
+
+
+def _cache_text(row: Row) -> str:
+    return f"{row.cache_action}" + (f" — {'; '.join(row.cache_reasons)}" if row.cache_reasons else "")
+
+
+def render_text(r: Report) -> str:
+    out = [f"regen diff {r.base} → {r.head}", ""]
+    if not r.items:
+        out.append("no spec, oracle or target changed")
+    for item in r.items:
+        out.append(f"{item.kind} {item.name}: {item.status}")
+        for c in item.changes:
+            out.append(f"  {c.field}: {c.text} [{EFFECT_NOTE.get(c.effect, c.effect)}]")
+            out += [f"      {line}" for line in c.diff]
+    if r.cache:
+        out += ["", "cache:"] + [f"  {line}" for line in r.cache]
+    where = "in the working tree" if r.head == "working tree" else f"at {r.head}"
+    out += ["", f"plan ({r.base} → {r.head}):"]
+    for row in r.plan:
+        if row.action == UNCHANGED:
+            out.append(f"  {row.label}: unchanged (cache {where}: {_cache_text(row)})")
+            continue
+        out.append(f"  {row.label}: {row.action} — {'; '.join(row.reasons)}")
+        out.append(f"      cache {where}: {_cache_text(row)}")
+    if not r.plan:
+        out.append("  nothing to plan")
+    return "\n".join(out) + "\n"
+
+
+def _fence(lines: list[str], lang: str = "diff") -> list[str]:
+    ticks = "```"
+    while any(ticks in line for line in lines):
+        ticks += "`"
+    return [f"{ticks}{lang}", *lines, ticks]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or "—"
+
+
+def render_markdown(r: Report) -> str:
+    changed = [i for i in r.items if i.changed]
+    todo = [row for row in r.plan if row.action != UNCHANGED]
+    out = [f"## regen diff: `{r.base}` → {r.head if r.head == 'working tree' else f'`{r.head}`'}", ""]
+    counts = {}
+    for i in changed:
+        counts[i.kind] = counts.get(i.kind, 0) + 1
+    summary = ", ".join(f"{n} {k}{'s' * (n != 1)}" for k, n in counts.items()) or "no spec changes"
+    actions: dict[str, int] = {}
+    for row in todo:
+        actions[row.action] = actions.get(row.action, 0) + 1
+    plan_text = ", ".join(f"{n} {a}" for a, n in actions.items()) or "nothing to rebuild"
+    out += [f"**{summary} changed; plan: {plan_text}.**", ""]
+    for item in r.items:
+        title = {"added": " (new)", "removed": " (removed)", "formatting": " (formatting only)"}
+        out.append(f"### {item.kind} `{item.name}`{title.get(item.status, '')}")
+        out.append("")
+        for c in item.changes:
+            note = EFFECT_NOTE.get(c.effect, c.effect)
+            if c.field == "code" and c.diff:
+                out.append(f"- {c.text} → _{note}_")
+                out += ["", "<details><summary>source diff</summary>", ""]
+                out += _fence(c.diff) + ["", "</details>", ""]
+            elif c.diff:
+                out.append(f"- **{c.field}** ({c.text}) → _{note}_")
+                out += [""] + _fence(c.diff) + [""]
+            else:
+                out.append(f"- **{c.field}**: {c.text} → _{note}_")
+        out.append("")
+    if r.cache:
+        out += ["### cache", ""] + [f"- {_cell(line)}" for line in r.cache] + [""]
+    where = "in the working tree" if r.head == "working tree" else f"at `{r.head}`"
+    out += ["### plan", ""]
+    if todo:
+        out += [f"| node | action | why | cache {where} |", "|---|---|---|---|"]
+        for row in todo:
+            cache = f"{row.cache_action}" + (f": {'; '.join(row.cache_reasons)}"
+                                             if row.cache_reasons else "")
+            out.append(f"| `{row.label}` | **{row.action}** | {_cell('; '.join(row.reasons))} | "
+                       f"{_cell(cache)} |")
+        out.append("")
+    else:
+        out += ["Nothing to regenerate, re-verify or recompile.", ""]
+    same = [row for row in r.plan if row.action == UNCHANGED]
+    if same:
+        out += [f"<details><summary>{len(same)} unchanged</summary>", ""]
+        out += [f"- `{row.label}` — cache {where}: {row.cache_action}"
+                + (f" ({_cell('; '.join(row.cache_reasons))})" if row.cache_reasons else "")
+                for row in same]
+        out += ["", "</details>", ""]
+    text = "\n".join(out)
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
+
+
+# -- entry point -----------------------------------------------------------------------------------
+def diff(project, base_rev: str = "HEAD", head_rev: str | None = None) -> Report:
+    root = project.root
+    with tempfile.TemporaryDirectory(prefix="regen-diff-") as tmp:
+        base_root = materialise(root, base_rev, Path(tmp) / "base")
+        base = Side(base_root, base_rev, strict=False)
+        if head_rev is None:
+            head = Side(root, "working tree", strict=True)
+        else:
+            head = Side(materialise(root, head_rev, Path(tmp) / "head"), head_rev, strict=True)
+        base.label = _describe_rev(root, base_rev)
+        if head_rev is not None:
+            head.label = _describe_rev(root, head_rev)
+        return compare(base, head)
+
+
+def run_diff(project, args) -> int:
+    """The `regen diff` command. Exit: 0, or with --detailed-exitcode 0 no change, 1 error,
+    2 changes."""
+    detailed = getattr(args, "detailed_exitcode", False)
+    try:
+        report = diff(project, getattr(args, "base", None) or "HEAD", getattr(args, "head", None))
+    except RegenError as exc:
+        if not detailed:
+            raise
+        print(f"regen: error: {exc}", file=sys.stderr)
+        return 1
+    fmt = getattr(args, "format", "text")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report.to_json(), indent=1, ensure_ascii=False) + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(render_markdown(report))
+    else:
+        sys.stdout.write(render_text(report))
+    if detailed:
+        return 2 if report.changed else 0
+    return 0
