@@ -187,7 +187,10 @@ class Store:
             if not base.is_dir():
                 continue
             live = (self.current(base.parent.name, base.name) or None)
-            for child in base.iterdir():
+            children = list(base.iterdir())
+            if (base / "records").is_dir():
+                children += list((base / "records").iterdir())
+            for child in children:
                 if child.name.startswith(".tmp-"):
                     out.append(child)
                 elif child.is_dir() and child.name != "records" and (live is None or child.name != live.id):
