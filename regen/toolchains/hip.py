@@ -432,7 +432,8 @@ class Toolchain:
             if chosen.tool == "clang":
                 (Path(tmp) / COMPAT_NAME).write_text(COMPAT_HEADER)
                 cmd += [f"--hip-path={chosen.hip_path}", f"-I{tmp}"]
-            cmd += [f"-ffile-prefix-map={tmp}=.", "-c", str(src), "-o", str(out)]
+            # no crash reproducers left in /tmp when the backend rejects a builtin for this arch
+            cmd += [f"-ffile-prefix-map={tmp}=.", "-fno-crash-diagnostics", "-c", str(src), "-o", str(out)]
             start = time.perf_counter()
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
