@@ -304,8 +304,8 @@ def check(project, store, kernels=None, targets=None, as_json: bool = False, out
         for n, why in problems:
             print(f"{n.label}: {why}", file=out)
         if problems:
-            print(f"regen check: {len(problems)} of {len(considered)} cache entries do not match "
-                  "their specs; regenerate (`regen build`, or `regen handoff` + `regen accept`), "
+            print(f"regen check: {len(problems)} of {len(considered)} cache entries are missing, "
+                  "stale or failed; regenerate (`regen build`, or `regen handoff` + `regen accept`), "
                   "re-verify on the hardware (`regen verify`) and commit cache/", file=out)
         else:
             print(f"regen check: all {len(considered)} cache entries match their specs "

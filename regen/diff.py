@@ -620,12 +620,13 @@ def render_markdown(r: Report) -> str:
     counts = {}
     for i in changed:
         counts[i.kind] = counts.get(i.kind, 0) + 1
-    summary = ", ".join(f"{n} {k}{'s' * (n != 1)}" for k, n in counts.items()) or "no spec changes"
+    summary = (", ".join(f"{n} {k}{'s' * (n != 1)}" for k, n in counts.items()) + " changed"
+               if counts else "no spec, oracle or target changed")
     actions: dict[str, int] = {}
     for row in todo:
         actions[row.action] = actions.get(row.action, 0) + 1
     plan_text = ", ".join(f"{n} {a}" for a, n in actions.items()) or "nothing to rebuild"
-    out += [f"**{summary} changed; plan: {plan_text}.**", ""]
+    out += [f"**{summary}; plan: {plan_text}.**", ""]
     for item in r.items:
         title = {"added": " (new)", "removed": " (removed)", "formatting": " (formatting only)"}
         out.append(f"### {item.kind} `{item.name}`{title.get(item.status, '')}")
