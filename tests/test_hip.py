@@ -156,6 +156,36 @@ def test_an_arch_the_compiler_does_not_know_is_a_problem_not_a_crash():
     assert not tc.compile(ROW_SUM, t).ok
 
 
+def test_the_handoff_scaffold_compiles_for_both_arches():
+    """regen's own stub (hip_bf16.h, __hip_bfloat16, __half, int64_t) builds on the CPU path."""
+    from regen.generators.handoff import stub
+    from regen.spec import load_spec
+    spec = load_spec(TARGETS.parent / "specs" / "softmax.yaml")
+    for name in ("mi300x", "mi350"):
+        source, _ = stub(spec, target(name))
+        assert "__hip_bfloat16" in source
+        result = clang_only().compile(source, target(name))
+        assert result.ok, result.log
+        assert {"softmax_bf16", "softmax_f16", "softmax_f32"} <= set(result.resources)
+
+
+def test_hip_bf16_header_works_over_clangs_bf16():
+    source = textwrap.dedent("""\
+        #include <hip/hip_runtime.h>
+        #include <hip/hip_bf16.h>
+        extern "C" __global__ void __launch_bounds__(64)
+        twice(const __hip_bfloat16* __restrict__ x, __hip_bfloat16* __restrict__ y) {
+          float v = __bfloat162float(x[threadIdx.x]);
+          y[threadIdx.x] = __float2bfloat16(2.f * v);
+          __hip_bfloat162 pair = {x[0], __ushort_as_bfloat16(__bfloat16_as_ushort(x[1]))};
+          y[64 + threadIdx.x] = __float22bfloat162_rn(__bfloat1622float2(pair)).y;
+        }
+        """)
+    result = compiled(source, "mi350")
+    assert result.ok, result.log
+    assert missing_instructions(result.disassembly, ["v_cvt_pk_bf16_f32"], kernel="twice") == []
+
+
 # --- identity ---------------------------------------------------------------------------------
 def test_identity_names_compiler_arch_flags_and_changes_with_them():
     tc = clang_only()
@@ -163,7 +193,7 @@ def test_identity_names_compiler_arch_flags_and_changes_with_them():
     ident = tc.identity(t)
     assert ident["compiler"] == "clang" and ident["arch"] == "gfx950"
     assert "--offload-arch=gfx950" in ident["flags"] and "-O3" in ident["flags"]
-    assert ident["hip_headers"] and ident["compat_header"]
+    assert ident["hip_headers"] and hip_toolchain.COMPAT_NAME in ident["compat_headers"]
     assert "/" not in json.dumps(ident), "identity must not depend on where tools are installed"
     other_flags = t.model_copy(update={"toolchain": t.toolchain.model_copy(
         update={"flags": ["-O2", "-mcode-object-version=5"]})})

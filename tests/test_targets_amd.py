@@ -30,7 +30,7 @@ def test_column_loads_with_its_arch_and_toolchain(name):
         (name, "amd", "hip", "hip", AMD[name])
     assert "-mcode-object-version=5" in t.toolchain.flags
     for phrase in ('extern "C" __global__', "warpSize == 64", "__launch_bounds__", "no host code",
-                   "hipModuleLaunchKernel", "__bf16", "do NOT link"):
+                   "hipModuleLaunchKernel", "__hip_bfloat16", "__bf16", "do NOT link"):
         assert phrase in t.notes, phrase
     assert AMD[name] in t.hardware.match
     assert name.upper().replace("MI350", "MI355X") in t.hardware.match

@@ -1,4 +1,4 @@
-"""HIP compile stage for AMD Instinct (gfx942, gfx950): source -> code object (.hsaco), no GPU needed.
+"""HIP compile stage for AMD Instinct (gfx942, gfx950): source -> code object (.hsaco), no GPU.
 
 Three compilers can do it; the first usable one is selected and named in the identity, because
 each builds a different binary from the same source:
@@ -11,7 +11,8 @@ have nothing for gfx942/gfx950). A small force-included header (COMPAT_HEADER) s
 those headers expect from the device libraries: work-item ids, sizes and fences from clang
 builtins, plus the math functions that are exact or map to one hardware instruction. Everything
 else in ocml (sinf, tanhf, powf, erff, double-precision transcendentals...) fails to link with
-"undefined hidden symbol: __ocml_...": the target notes tell the generator what to avoid.
+"undefined hidden symbol: __ocml_...": the target notes tell the generator what to avoid. Those
+headers also predate <hip/hip_bf16.h>; regen supplies it over clang's __bf16 (BF16_COMPAT_HEADER).
 
 `-Rpass-analysis=kernel-resource-usage` remarks give VGPRs, AGPRs, SGPRs, scratch, spills, LDS and
 occupancy per kernel; llvm-objdump gives the disassembly the instruction checks read.
@@ -139,6 +140,31 @@ __device__ float __ocml_native_cos_f32(float x) { return __builtin_amdgcn_cosf(x
 """
 
 
+# ROCm >= 5.7 has <hip/hip_bf16.h> (__hip_bfloat16); Debian's ROCm 5.2 headers do not. On the clang
+# path regen supplies it (when the HIP headers lack it) over clang's built-in __bf16, with the
+# conversion functions kernels use, so the same source compiles with hipcc and with clang.
+BF16_COMPAT_HEADER = r"""// regen: <hip/hip_bf16.h> for HIP headers older than ROCm 5.7, over clang's __bf16.
+#pragma once
+#include <hip/hip_runtime.h>
+typedef __bf16 __hip_bfloat16;
+typedef __bf16 __hip_bfloat162 __attribute__((ext_vector_type(2)));
+__host__ __device__ inline float __bfloat162float(__hip_bfloat16 a) { return (float)a; }
+__host__ __device__ inline __hip_bfloat16 __float2bfloat16(float f) { return (__bf16)f; }
+__host__ __device__ inline float2 __bfloat1622float2(__hip_bfloat162 a) {
+  return make_float2((float)a.x, (float)a.y);
+}
+__host__ __device__ inline __hip_bfloat162 __float22bfloat162_rn(float2 f) {
+  return __hip_bfloat162{(__bf16)f.x, (__bf16)f.y};
+}
+__host__ __device__ inline __hip_bfloat16 __ushort_as_bfloat16(unsigned short u) {
+  return __builtin_bit_cast(__bf16, u);
+}
+__host__ __device__ inline unsigned short __bfloat16_as_ushort(__hip_bfloat16 b) {
+  return __builtin_bit_cast(unsigned short, b);
+}
+"""
+
+
 @dataclass(frozen=True)
 class Selection:
     """The compiler this machine uses for HIP, with a version string free of local paths."""
@@ -147,6 +173,20 @@ class Selection:
     version: str
     hip_path: str | None = None  # HIP headers root for the clang path (--hip-path)
     hip_version: str | None = None
+
+    @property
+    def needs_bf16_header(self) -> bool:
+        return self.tool == "clang" and not (
+            Path(self.hip_path) / "include" / "hip" / "hip_bf16.h").is_file()
+
+    def compat_headers(self) -> dict[str, str]:
+        """Headers regen writes next to the source on the clang path: name -> text."""
+        if self.tool != "clang":
+            return {}
+        out = {COMPAT_NAME: COMPAT_HEADER}
+        if self.needs_bf16_header:
+            out["hip/hip_bf16.h"] = BF16_COMPAT_HEADER
+        return out
 
 
 def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess | None:
@@ -293,7 +333,8 @@ _REMARK = re.compile(r"remark:\s*(.+?):\s+(.*?)\s*(?:\[-Rpass-analysis=kernel-re
 _FIELDS = {  # remark label -> resources key
     "TotalSGPRs": "sgprs", "VGPRs": "registers", "AGPRs": "agprs",
     "ScratchSize [bytes/lane]": "scratch_bytes", "Occupancy [waves/SIMD]": "occupancy",
-    "SGPRs Spill": "sgpr_spills", "VGPRs Spill": "vgpr_spills", "LDS Size [bytes/block]": "shared_bytes",
+    "SGPRs Spill": "sgpr_spills", "VGPRs Spill": "vgpr_spills",
+    "LDS Size [bytes/block]": "shared_bytes",
 }
 
 
@@ -391,7 +432,8 @@ class Toolchain:
     def flags(self, target) -> list[str]:
         """Every option that changes the binary (paths are machine-local and left out)."""
         chosen, _ = self.selection()
-        own = [*target.toolchain.flags, *[f for f in FORCED_FLAGS if f not in target.toolchain.flags]]
+        given = list(target.toolchain.flags)
+        own = [*given, *[f for f in FORCED_FLAGS if f not in given]]
         if chosen is not None and chosen.tool == "hiprtc":
             return [f"--offload-arch={target.arch}", *own]
         extra = ["-nogpulib", "-include", COMPAT_NAME] if chosen and chosen.tool == "clang" else []
@@ -405,7 +447,8 @@ class Toolchain:
         out.update(compiler=chosen.tool, version=chosen.version)
         if chosen.tool == "clang":
             out["hip_headers"] = chosen.hip_version
-            out["compat_header"] = hashlib.sha256(COMPAT_HEADER.encode()).hexdigest()[:16]
+            out["compat_headers"] = {Path(name).name: hashlib.sha256(text.encode()).hexdigest()[:16]
+                                     for name, text in sorted(chosen.compat_headers().items())}
         return out
 
     def compile(self, source: str, target) -> CompileResult:
@@ -430,10 +473,13 @@ class Toolchain:
             src.write_text(source)
             cmd = [chosen.path, *self.flags(target)]
             if chosen.tool == "clang":
-                (Path(tmp) / COMPAT_NAME).write_text(COMPAT_HEADER)
+                for name, text in chosen.compat_headers().items():
+                    (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+                    (Path(tmp) / name).write_text(text)
                 cmd += [f"--hip-path={chosen.hip_path}", f"-I{tmp}"]
             # no crash reproducers left in /tmp when the backend rejects a builtin for this arch
-            cmd += [f"-ffile-prefix-map={tmp}=.", "-fno-crash-diagnostics", "-c", str(src), "-o", str(out)]
+            cmd += [f"-ffile-prefix-map={tmp}=.", "-fno-crash-diagnostics",
+                    "-c", str(src), "-o", str(out)]
             start = time.perf_counter()
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
