@@ -82,7 +82,9 @@ def evaluate(ctx: Context, spec, target, source: str, recipe_text: str, verify_h
     """Compile, check and (when the hardware is here) verify one candidate. Returns
     (stage, ok, feedback, compiled, checks, outcome)."""
     try:
-        parse_recipe(recipe_text)
+        from .localcache import memo
+
+        memo("recipe", recipe_text.encode(), lambda: bool(parse_recipe(recipe_text)))
     except InputError as exc:
         return "parse", False, f"launch.yaml is invalid: {exc}", None, [], None
     compiled = compile_source(source, target)

@@ -74,7 +74,7 @@ def _context(args, project, **kw):
 
 
 def _progress(as_json: bool):
-    if as_json:
+    if as_json or not sys.stderr.isatty():
         return None
 
     def show(result, i, n):
@@ -85,9 +85,20 @@ def _progress(as_json: bool):
 
 # -- commands ----------------------------------------------------------------------------------
 def cmd_build(args) -> int:
-    from . import build as building, plan as planning, report
+    from . import buildlog
 
     project = _project(args)
+    selection = (tuple(args.kernels or ()), tuple(args.target or ()), args.json, args.locked)
+    plain = not (args.dry_run or args.regenerate)
+    if plain:
+        signature, output = buildlog.lookup(project, selection)
+        if output is not None:  # nothing changed since a build that succeeded everywhere
+            sys.stdout.write(output)
+            return 0
+    import io
+
+    from . import build as building, plan as planning, report
+
     ctx = _context(args, project, locked=args.locked, dry_run=args.dry_run,
                    regenerate=args.regenerate, want_generator=not (args.locked or args.dry_run))
     nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None)
@@ -96,7 +107,11 @@ def cmd_build(args) -> int:
         return 0
     ctx.progress = _progress(args.json)
     results = building.build(ctx, nodes, jobs=args.jobs)
-    report.build(results, args.json)
+    out = io.StringIO()
+    report.build(results, args.json, out)
+    sys.stdout.write(out.getvalue())
+    if plain:
+        buildlog.save(project, selection, results, out.getvalue())
     if any(r.status == "locked" for r in results):
         return 3
     return 1 if any(r.status == "failed" for r in results) else 0

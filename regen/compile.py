@@ -28,8 +28,13 @@ def toolchain_identity(target) -> dict:
     return _IDENTITIES[k]
 
 
+_PROBLEMS: dict = {}
+
+
 def toolchain_problem(target) -> str | None:
-    return get_toolchain(target).problem()
+    if target.toolchain.name not in _PROBLEMS:
+        _PROBLEMS[target.toolchain.name] = get_toolchain(target).problem()
+    return _PROBLEMS[target.toolchain.name]
 
 
 def compile_source(source: str, target, use_cache: bool = True) -> Compiled:

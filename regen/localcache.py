@@ -25,3 +25,17 @@ def cache():
 
         _CACHE = diskcache.Cache(str(location()), size_limit=4 * 2**30)
     return _CACHE
+
+
+def memo(kind: str, content: bytes, compute):
+    """compute() once per distinct content on this machine (specs, oracle ASTs, recipes):
+    a no-op build over 1000 artifacts must not re-parse 1000 files."""
+    import hashlib
+
+    key = (kind, hashlib.sha256(content).hexdigest())
+    store = cache()
+    hit = store.get(key)
+    if hit is None:
+        hit = compute()
+        store.set(key, hit)
+    return hit

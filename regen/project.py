@@ -7,12 +7,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import networkx as nx
-
 from .errors import InputError
-from .oracle import check_oracle, oracle_digest
-from .spec import Spec, load_spec
-from .target import Target, load_target
+
+# Loaders (pydantic models, networkx) are imported where used: `regen build` with nothing to do
+# answers from the build log without them.
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -31,7 +29,7 @@ def find_root(start: Path | None = None) -> Path:
 @dataclass
 class Project:
     root: Path
-    _specs: dict[str, Spec] = field(default_factory=dict)
+    _specs: dict = field(default_factory=dict)
     _oracle_digests: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -57,7 +55,9 @@ class Project:
     def target_names(self) -> list[str]:
         return sorted(p.stem for p in self.target_dir.glob("*.yaml") if not p.stem.startswith("_"))
 
-    def spec(self, name: str) -> Spec:
+    def spec(self, name: str):
+        from .spec import load_spec
+
         if name not in self._specs:
             path = self.spec_dir / f"{name}.yaml"
             if not path.exists():
@@ -67,10 +67,12 @@ class Project:
         return self._specs[name]
 
     @cached_property
-    def targets(self) -> dict[str, Target]:
+    def targets(self) -> dict:
+        from .target import load_target
+
         return {n: load_target(self.target_dir / f"{n}.yaml") for n in self.target_names()}
 
-    def target(self, name: str) -> Target:
+    def target(self, name: str):
         if name not in self.target_names():
             raise InputError(f"unknown target {name!r}; known: {', '.join(self.target_names())}",
                              file=str(self.target_dir / f"{name}.yaml"))
@@ -81,14 +83,24 @@ class Project:
 
     def oracle_digest(self, name: str) -> str:
         if name not in self._oracle_digests:
+            from .localcache import memo
+            from .oracle import check_oracle, oracle_digest
+
             path = self.oracle_path(name)
-            check_oracle(path)
-            self._oracle_digests[name] = oracle_digest(path)
+            try:
+                content = path.read_bytes()
+            except FileNotFoundError:
+                check_oracle(path)  # raises the clear error
+                raise
+            self._oracle_digests[name] = memo(
+                "oracle", content, lambda: (check_oracle(path), oracle_digest(path))[1])
         return self._oracle_digests[name]
 
     # -- cross-checks ------------------------------------------------------------------
     def component_order(self, names: list[str] | None = None) -> list[str]:
         """Kernels in dependency order (components first); a cycle is an input error."""
+        import networkx as nx
+
         graph = nx.DiGraph()
         todo = list(names or self.kernel_names())
         while todo:
@@ -111,7 +123,7 @@ class Project:
                              file=str(self.spec_dir / f"{cycle[0][1]}.yaml"),
                              field="components") from None
 
-    def applies(self, spec: Spec, target: Target) -> str | None:
+    def applies(self, spec, target) -> str | None:
         """None if the target column applies to the kernel, else why not."""
         if spec.targets is not None:
             unknown = [t for t in spec.targets if t not in self.target_names()]

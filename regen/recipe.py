@@ -24,10 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import expr
+from . import expr, yamlio
 from .dtypes import DTYPES, short
 from .errors import InputError, pydantic_to_input_error
 
@@ -108,8 +107,8 @@ class BoundLaunch:
 
 def parse_recipe(text: str, source: str = "launch.yaml") -> Recipe:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        data = yamlio.load(text)
+    except yamlio.yaml.YAMLError as exc:
         raise InputError(f"YAML syntax error: {exc}", file=source) from None
     try:
         return Recipe.model_validate(data)

@@ -257,6 +257,17 @@ class Spec(Strict):
 
 
 def load_spec(path: Path) -> Spec:
+    """Validated spec; the parse is memoised per content on this machine (errors are not)."""
+    from .localcache import memo
+
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("file not found", file=str(path)) from None
+    return memo(f"spec:{path.name}", content, lambda: _load_spec(path))
+
+
+def _load_spec(path: Path) -> Spec:
     data = read_mapping(path)
     try:
         spec = Spec.model_validate(data)

@@ -160,8 +160,13 @@ class Store:
     # -- verification records ----------------------------------------------------------
     def records(self, kernel: str, target: str, entry_id: str) -> list[dict]:
         folder = self._dir(kernel, target) / "records"
+        try:
+            names = sorted(n for n in os.listdir(folder)
+                           if n.startswith(f"{entry_id}-") and n.endswith(".json"))
+        except FileNotFoundError:
+            return []
         out = []
-        for p in sorted(folder.glob(f"{entry_id}-*.json")):
+        for p in (folder / n for n in names):
             try:
                 rec = json.loads(p.read_text())
             except json.JSONDecodeError:

@@ -9,6 +9,13 @@ import yaml
 
 from .errors import InputError
 
+# libyaml's loader is ~10x faster than the pure-Python one: it matters for 1000-artifact no-op builds
+SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load(text: str):
+    return yaml.load(text, Loader=SafeLoader)  # noqa: S506 - a safe loader
+
 
 def read_yaml(path: Path) -> Any:
     try:
@@ -16,7 +23,7 @@ def read_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise InputError("file not found", file=str(path)) from None
     try:
-        return yaml.safe_load(text)
+        return load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
