@@ -1,0 +1,44 @@
+"""Oracle for specs/swiglu.yaml: y = silu(a) * b where [a | b] = x split in halves along the last
+dimension, in float64."""
+
+import torch
+
+RTOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def make_inputs(case, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n = case.sizes["M"], case.sizes["N"]
+    x = torch.randn(m, 2 * n, generator=g) * 3.0
+    if case.dist == "large":  # gates deep in both tails: exp(-a) overflows float32 for a < -88
+        x[:, :n] = torch.randn(m, n, generator=g) * 60.0
+    return {"x": x.to(case.dtype).to(case.device)}
+
+
+def reference(inputs, case):
+    x = inputs["x"].to(torch.float64)
+    n = x.shape[-1] // 2
+    a, b = x[..., :n], x[..., n:]
+    return {"y": a * torch.sigmoid(a) * b}
+
+
+def check(inputs, outputs, case):
+    x = inputs["x"].to("cpu", torch.float64)
+    y = outputs["y"].to("cpu", torch.float64)
+    n = x.shape[-1] // 2
+    a, b = x[..., :n], x[..., n:]
+    problems = []
+    if not torch.isfinite(y).all():
+        problems.append(f"finite: {int((~torch.isfinite(y)).sum())} elements of y are inf or NaN")
+        return problems
+    if (y * a * b < 0).any():
+        problems.append(f"gate_sign: {int((y * a * b < 0).sum())} elements of y do not have "
+                        "the sign of a * b")
+    big = a >= 20.0
+    tol = RTOL.get(case.dtype, 2e-5)
+    if big.any():
+        err = ((y[big] - (a * b)[big]).abs() / (a * b)[big].abs().clamp_min(1e-30)).max().item()
+        if err > tol:
+            problems.append(f"linear_for_large_gate: where a >= 20, y differs from a * b by "
+                            f"{err:.3g} (relative)")
+    return problems
