@@ -21,6 +21,7 @@ sys.path.insert(0, {repo!r})
 from regen.store import Store
 store = Store(Path({root!r}))
 rnd = random.Random(int(sys.argv[1]))
+print("ready", flush=True)
 i = 0
 while True:
     i += 1
@@ -60,8 +61,9 @@ def test_sigkill_at_random_points_never_leaves_a_partial_entry(tmp_path):
     rnd = random.Random(1234)
     kills = 0
     for i in range(60):
-        proc = subprocess.Popen([sys.executable, str(script), str(i)])
-        time.sleep(0.15 + rnd.random() * 0.35)
+        proc = subprocess.Popen([sys.executable, str(script), str(i)], stdout=subprocess.PIPE)
+        assert proc.stdout.readline().strip() == b"ready"  # imports done: kill mid-write, not mid-import
+        time.sleep(rnd.random() * 0.3)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
