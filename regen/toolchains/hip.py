@@ -275,11 +275,12 @@ def _hiprtc_version() -> str:
     return f"hiprtc {major}.{minor}"
 
 
+@functools.lru_cache(maxsize=32)
 def select(hipcc: tuple[str, ...] | None = None, clang: tuple[str, ...] = CLANG_CANDIDATES,
            use_hiprtc: bool = True, hip_paths: tuple[str, ...] = HIP_PATH_CANDIDATES,
-           ) -> tuple[Selection | None, list[str]]:
+           ) -> tuple[Selection | None, tuple[str, ...]]:
     """The first usable HIP compiler in order hipcc, hiprtc, clang >= 20, and why the ones tried
-    before it (or all of them) were passed over."""
+    before it (or all of them) were passed over. Memoised per process: probing runs compilers."""
     reasons: list[str] = []
     hipccs = tuple(_rocm_hipcc_candidates()) if hipcc is None else hipcc
     found = False
@@ -292,13 +293,13 @@ def select(hipcc: tuple[str, ...] | None = None, clang: tuple[str, ...] = CLANG_
         if version is None:
             reasons.append(f"{candidate}: `--version` failed")
             continue
-        return Selection("hipcc", path, version), reasons
+        return Selection("hipcc", path, version), tuple(reasons)
     if not found:
         reasons.append("hipcc: not found (no ROCm install)")
     if use_hiprtc:
         why = hiprtc_problem()
         if why is None:
-            return Selection("hiprtc", None, _hiprtc_version()), reasons
+            return Selection("hiprtc", None, _hiprtc_version()), tuple(reasons)
         reasons.append(why)
     hip_path = next((p for p in hip_paths
                      if (Path(p) / "include" / "hip" / "hip_runtime.h").is_file()), None)
@@ -322,10 +323,11 @@ def select(hipcc: tuple[str, ...] | None = None, clang: tuple[str, ...] = CLANG_
             reasons.append(f"{candidate}: HIP headers (include/hip/hip_runtime.h) not found under "
                            f"{', '.join(hip_paths)} (libamdhip64-dev)")
             continue
-        return Selection("clang", path, version, hip_path, _hip_header_version(hip_path)), reasons
+        return (Selection("clang", path, version, hip_path, _hip_header_version(hip_path)),
+                tuple(reasons))
     if not any(_resolve(c) for c in clang):
         reasons.append(f"clang: none of {', '.join(clang)} found")
-    return None, reasons
+    return None, tuple(reasons)
 
 
 # --- the resource remarks ---------------------------------------------------------------------
@@ -409,10 +411,11 @@ class Toolchain:
                  clang: tuple[str, ...] = CLANG_CANDIDATES, use_hiprtc: bool = True,
                  hip_paths: tuple[str, ...] = HIP_PATH_CANDIDATES):
         """Candidates are parameters so tests can restrict what selection may find."""
-        self._candidates = (hipcc, tuple(clang), use_hiprtc, tuple(hip_paths))
-        self._selected: tuple[Selection | None, list[str]] | None = None
+        self._candidates = (None if hipcc is None else tuple(hipcc), tuple(clang), use_hiprtc,
+                            tuple(hip_paths))
+        self._selected: tuple[Selection | None, tuple[str, ...]] | None = None
 
-    def selection(self) -> tuple[Selection | None, list[str]]:
+    def selection(self) -> tuple[Selection | None, tuple[str, ...]]:
         if self._selected is None:
             hipcc, clang, use_hiprtc, hip_paths = self._candidates
             self._selected = select(hipcc, clang, use_hiprtc, hip_paths)
