@@ -3,8 +3,9 @@
 import torch
 
 ROPE_BASE = 10000.0
-# relative slack on a pair's squared length: about twice the storage rounding of two outputs
-PAIR_NORM_TOL = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+# relative slack on a pair's squared length: each output's rounding (half an ulp, 2^-8 for
+# bfloat16, 2^-11 for float16) can grow its square by twice that; allow twice the sum
+PAIR_NORM_TOL = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
 def make_inputs(case, seed):
