@@ -200,6 +200,11 @@ def cmd_verify(args) -> int:
     ctx.progress = _progress(args.json)
     results = building.build(ctx, todo, jobs=1)
     report.build(results, args.json)
+    rows = [{"kernel": r.node.kernel, "target": r.node.target, **b}
+            for r in results if r.outcome is not None for b in r.outcome.bench]
+    if rows and not args.json:
+        print()
+        report.bench(rows, False)
     for n in skipped:
         why = "no artifact" if n.entry is None else ("needs " + n.action if n.needs_generator else
                                                      "hardware not here" if n.here is None else n.action)

@@ -32,9 +32,16 @@ _PROBLEMS: dict = {}
 
 
 def toolchain_problem(target) -> str | None:
-    if target.toolchain.name not in _PROBLEMS:
-        _PROBLEMS[target.toolchain.name] = get_toolchain(target).problem()
-    return _PROBLEMS[target.toolchain.name]
+    """Why this target cannot be compiled here (None if it can); a toolchain that knows about
+    architectures (HIP: does this clang know gfx950?) is asked about the target's."""
+    import inspect
+
+    k = (target.toolchain.name, target.arch)
+    if k not in _PROBLEMS:
+        tc = get_toolchain(target)
+        takes_target = len(inspect.signature(tc.problem).parameters) > 0
+        _PROBLEMS[k] = tc.problem(target) if takes_target else tc.problem()
+    return _PROBLEMS[k]
 
 
 def compile_source(source: str, target, use_cache: bool = True) -> Compiled:

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
+# every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
+#   usage (device): bash benchmarks/h200_run.sh [STEP ...]   steps: env ceilings verify tests
+# Carry .whl (pydantic, diskcache, the pinned CUDA header wheels, cuobjdump/nvdisasm).
+set -uo pipefail
+OUT=${OUT:-/tmp/regen-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 REGEN_LOCAL_CACHE=/tmp/regen-local
+steps=${*:-env ceilings verify tests}
+for step in $steps; do
+  case $step in
+    env)
+      { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+        python3 -m pip list 2>/dev/null | grep -iE "^(torch|triton|cuda-bindings|nvidia-cuda-nvrtc|nvidia-cuda-runtime|nvidia-cuda-cccl|numpy) "
+        python3 -c "from regen.target import load_target; from regen.compile import toolchain_identity; from pathlib import Path; print(toolchain_identity(load_target(Path('targets/h200.yaml'))))"
+      } 2>&1 | tee "$OUT/env.txt" ;;
+    ceilings) python3 benchmarks/ceilings.py 2>&1 | tee "$OUT/ceilings.txt" ;;
+    verify|verify:*)  # verify:softmax,rope limits the kernels
+      kernels=""; [ "$step" != verify ] && kernels=${step#verify:} && kernels=${kernels//,/ }
+      python3 -m regen.cli verify $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
+        --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee "$OUT/verify.log" ;;
+    tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu-tests.log" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
