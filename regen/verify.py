@@ -3,12 +3,18 @@
 The kernel runs only in the child (regen/worker.py), under a timeout; a crash, a hang or an illegal
 address fails the node with a reason and the build goes on. Seeds are fresh for every run unless
 fixed; with REGEN_SECRET_SEED set they derive from that secret and are never printed or stored.
+Hidden cases (every correctness case with its sizes moved by a secret step, alignment kept) catch
+kernels specialised on the listed shapes; they run with REGEN_SECRET_SEED or REGEN_HIDDEN_CASES=1.
+The child's result is authenticated with a one-time key sent over its stdin (never on disk), and an
+oracle whose reference is constant or seed-independent on every case fails the run (a kernel could
+pass it without reading its inputs). Every failure reason ends with `[guard: NAME]`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import hmac
 import json
 import os
 import signal
@@ -35,6 +41,7 @@ class Settings:
     warmup: int = 3
     baselines: tuple[str, ...] | None = None
     include_bench_cases: bool | None = None   # correctness on the large cases too (GPU default)
+    hidden_cases: bool | None = None  # None: on with REGEN_SECRET_SEED or REGEN_HIDDEN_CASES=1
 
 
 @dataclass
@@ -61,8 +68,59 @@ def _seed_source(settings: Settings):
     return (lambda i: (base + 7919 * i) % 2**31), None
 
 
+def hidden_variants(spec, cases: list[Case], settings: Settings) -> list[Case]:
+    """One hidden case per correctness case: every size moved up by 1-3 times its largest
+    power-of-two factor (capped at 64), so alignment and evenness are kept but no listed shape is
+    hit. The step derives from the secret (or the fixed seed, or fresh randomness) and is not shown
+    when the secret is set."""
+    enabled = settings.hidden_cases
+    if enabled is None:
+        enabled = bool(os.environ.get("REGEN_SECRET_SEED")) or \
+            os.environ.get("REGEN_HIDDEN_CASES", "").lower() in ("1", "true", "yes")
+    if not enabled:
+        return []
+    secret = os.environ.get("REGEN_SECRET_SEED")
+    salt = secret if secret else (str(settings.fixed_seed) if settings.fixed_seed is not None
+                                  else os.urandom(8).hex())
+    dtype0 = spec.signature.dtypes[0]
+    listed = {tuple(sorted(c.sizes.items())) for c in spec.cases}
+    out = []
+    for i, case in enumerate(cases):
+        if case.bench:
+            continue
+        sizes = {}
+        for k, v in case.sizes.items():
+            step = min(v & -v, 64) if v > 0 else 0
+            r = 1 + hashlib.sha256(f"{salt}:hidden:{i}:{k}".encode()).digest()[0] % 3
+            sizes[k] = v + r * step
+        if sizes == case.sizes or tuple(sorted(sizes.items())) in listed:
+            continue
+        data = {**case.model_dump(mode="json"), **sizes}
+        probe = Case.model_validate({**data, "name": None})
+        data["name"] = (f"hidden variant of {case.label(dtype0)}" if secret else
+                        f"hidden {probe.label(dtype0)} (variant of {case.label(dtype0)})")
+        out.append(Case.model_validate(data))
+    return out
+
+
+def degenerate_oracle(results: list[dict]) -> str | None:
+    """The reason an oracle verifies nothing: on every case (every normal-distribution case when
+    there are any) its reference output is constant within tolerance or the same for every seed."""
+    noted = [r for r in results if "ref_constant" in r]
+    normal = [r for r in noted if r.get("dist", "normal") == "normal"]
+    considered = normal or noted
+    if not considered:
+        return None
+    if all(r["ref_constant"] or r.get("seed_dependent") is False for r in considered):
+        return ("the oracle is degenerate: on every case the reference output is constant within "
+                "tolerance or does not depend on the seed, so a kernel can pass without reading "
+                "its inputs (fix the oracle's reference or make_inputs)")
+    return None
+
+
 def run_worker(job: dict, timeout_s: float) -> dict:
     """Run one job in a child process; never raises for anything the kernel does."""
+    key = os.urandom(32)
     with tempfile.TemporaryDirectory(prefix="regen-verify-") as tmp:
         result = Path(tmp) / "result.json"
         job = {**job, "result": str(result)}
@@ -73,20 +131,17 @@ def run_worker(job: dict, timeout_s: float) -> dict:
         env.pop("ANTHROPIC_API_KEY", None)  # untrusted code never sees credentials
         env.pop("REGEN_SECRET_SEED", None)
         proc = subprocess.Popen([sys.executable, "-m", "regen.worker", str(job_path)], cwd=tmp,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
         try:
-            out, err = proc.communicate(timeout=timeout_s)
+            out, err = proc.communicate(input=key.hex().encode() + b"\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             return {"error": f"timed out after {timeout_s:.0f} s (a hang, or far too slow)",
                     "kind": "timeout"}
-        if result.exists():
-            data = json.loads(result.read_text())
-            if "error" in data:
-                data["kind"] = "crash"
-            return data
+        if result.exists() or result.is_symlink():
+            return _unseal(result, key)
         tail = err.decode(errors="replace")[-1500:]
         if proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
@@ -94,6 +149,42 @@ def run_worker(job: dict, timeout_s: float) -> dict:
                     "kind": "crash"}
         return {"error": f"the child process exited {proc.returncode} without a result: "
                          f"{tail.strip()[-600:]}", "kind": "crash"}
+
+
+def _unseal(path: Path, key: bytes) -> dict:
+    """The child's result, only if it carries a valid MAC under this run's key."""
+    forged = {"kind": "result-integrity"}
+    try:
+        sealed = json.loads(path.read_text())
+        body, mac = sealed["body"], sealed["mac"]
+        want = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        if not (isinstance(mac, str) and hmac.compare_digest(mac, want)):
+            return {**forged, "error": "the result file does not carry this run's key: it was "
+                                       "written or altered by something other than the verifier"}
+        data = json.loads(body)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {**forged, "error": f"the result file is not the verifier's ({type(exc).__name__}): "
+                                   "it was written or altered by something other than the verifier"}
+    if "error" in data:
+        data["kind"] = "crash"
+    return data
+
+
+def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.0) -> list[str]:
+    """Oracle lint in a child process (imports torch there): one problem per finding, empty when
+    the reference depends on its inputs. Runs make_inputs and reference on the correctness cases
+    for `seeds` fresh seeds; no artifact is involved."""
+    seed_of, _ = _seed_source(Settings())
+    cases = [c for c in spec.cases if not c.bench]
+    job = {"mode": "lint", "language": "cpp", "oracle": str(Path(oracle_path).resolve()),
+           "spec": spec.model_dump(mode="json"), "recipe": None, "binary": None,
+           "cases": [{"case": c.model_dump(mode="json")} for c in cases],
+           "lint_seeds": [seed_of(i) for i in range(max(2, seeds))]}
+    data = run_worker(job, timeout_s)
+    if "error" in data:
+        return [f"the oracle could not be run: {data['error']}"]
+    problem = degenerate_oracle(data["lint"])
+    return [problem] if problem else []
 
 
 def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: Settings,
@@ -104,6 +195,7 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
     include_bench = settings.include_bench_cases if settings.include_bench_cases is not None else gpu
     if cases is None:
         cases = [c for c in spec.cases if not c.bench or include_bench or settings.bench]
+    cases = list(cases) + hidden_variants(spec, cases, settings)
     items, used = [], []
     n = 0
     for case in cases:
@@ -130,8 +222,13 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
         data = run_worker(job, settings.timeout_s)
     seeds_out = seeds_label if seeds_label is not None else used
     if "error" in data:
-        return Outcome(False, data["error"], fingerprint=None, seeds=seeds_out,
-                       error_kind=data.get("kind", "crash"))
+        kind = data.get("kind", "crash")
+        return Outcome(False, f"{data['error']} [guard: {kind}]", fingerprint=None, seeds=seeds_out,
+                       error_kind=kind)
+    if "rejected" in data:
+        rej = data["rejected"]
+        return Outcome(False, f"{rej['reason']} [guard: {rej['guard']}]", fingerprint=None,
+                       seeds=seeds_out, error_kind=rej["guard"])
     results = data["cases"]
     for r in results:
         if seeds_label == "secret":
@@ -144,7 +241,12 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
             f" [guard: {bad['guard']}]" if bad.get("guard") else "")
         outcome.error_kind = bad.get("guard")
     if len(results) < len(items) and outcome.ok:
-        outcome.ok, outcome.reason = False, "the child stopped before every case ran"
+        outcome.ok, outcome.reason = False, "the child stopped before every case ran [guard: crash]"
+        outcome.error_kind = "crash"
+    degenerate = degenerate_oracle(results) if outcome.ok else None
+    if degenerate:
+        outcome.ok, outcome.error_kind = False, "oracle"
+        outcome.reason = f"{degenerate} [guard: degenerate-oracle]"
     if settings.bench:
         _judge_bench(spec, target, cases, results, outcome)
     return outcome
@@ -158,8 +260,9 @@ def _judge_bench(spec, target, cases, results, outcome: Outcome) -> None:
         case = by_label[r["case"]]
         t = judge_timing(spec, target, case, r["timing"])
         if r["timing"].get("ok") is False:
+            also = f"; also {t['reason']} [guard: {t['guard']}]" if t.get("ok") is False else ""
             t = {**t, "ok": False, "guard": r["timing"].get("guard"),
-                 "reason": "after timing: " + str(r["timing"].get("reason"))}
+                 "reason": "after timing: " + str(r["timing"].get("reason")) + also}
         base = {}
         for name, b in (r.get("baselines") or {}).items():
             from .profile import median
