@@ -126,6 +126,12 @@ def plan_node(project, store: Store, spec, target, verify_components_fn=None) ->
         node.reasons = [f"never verified on {node.here.get('device')}"]
         return node
     good = [r for r, d in fresh if not d and r.get("ok")]
+    failed = [r for r, d in fresh if not d and not r.get("ok")]
+    if failed and not good:
+        node.record = failed[-1]
+        node.action = FAILED
+        node.reasons = [f"failed on {verified_where(failed[-1])}: {failed[-1].get('reason')}"]
+        return node
     if good:
         node.record = good[-1]
         node.action = UP_TO_DATE

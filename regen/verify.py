@@ -278,6 +278,16 @@ def _judge_bench(spec, target, cases, results, outcome: Outcome) -> None:
             outcome.ok = False
             outcome.reason = f"case {r['case']}: {t.get('reason')} [guard: {t.get('guard')}]"
             outcome.error_kind = t.get("guard")
+        missed = [c for c in checks if c.get("ok") is False]
+        if missed and outcome.ok:
+            # the spec's performance expectations are part of passing: a correct but slow
+            # implementation fails, with the figures the search loop needs to improve it
+            outcome.ok = False
+            outcome.reason = f"case {r['case']}: profile expectations not met: " + "; ".join(
+                f"{c['check']} {c['value']} < {c['limit']}" for c in missed) + (
+                f" ({t['median_s'] * 1e6:.1f} µs, floor {t['floor_s'] * 1e6:.1f} µs)"
+                if t.get("floor_s") else "")
+            outcome.error_kind = "profile"
 
 
 def make_record(spec, target, entry, compiled, outcome: Outcome, verify_components: dict,
