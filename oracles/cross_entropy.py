@@ -79,3 +79,9 @@ def check(inputs, outputs, case):
         problems.append(f"uniform_rows_give_log_v: the loss {loss:.8g} is not log(V) = "
                         f"{math.log(v):.8g}")
     return problems
+
+
+def baseline(inputs, case):
+    """What a user runs without regen: torch's cross_entropy on the storage-dtype logits."""
+    loss = torch.nn.functional.cross_entropy(inputs["logits"], inputs["targets"], ignore_index=IGNORE_INDEX)
+    return {"loss": loss.float().reshape(1)}

@@ -56,3 +56,11 @@ def check(inputs, outputs, case):
         problems.append(f"identity_at_position_zero: {int(at_zero.sum())} elements at position 0 "
                         f"differ from x")
     return problems
+
+
+def baseline(inputs, case):
+    """What a user runs without regen: the rotate-half formulation in the storage dtype."""
+    x = inputs["x"]
+    cos, sin = inputs["cos"][None, :, None, :], inputs["sin"][None, :, None, :]
+    x1, x2 = x.chunk(2, dim=-1)
+    return {"y": torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)}

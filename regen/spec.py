@@ -78,6 +78,16 @@ class Signature(Strict):
 
     @model_validator(mode="after")
     def _names(self):
+        reserved = {"T"} | set(DTYPES) | set(expr.FUNCTIONS)
+        for t in self.tensors:
+            for dim in t.shape:
+                clash = expr.names(dim) & reserved if isinstance(dim, str) else set()
+                if clash:
+                    raise ValueError(f"{t.name}.shape uses the reserved name {sorted(clash)[0]!r} "
+                                     "(T is the case's dtype; dtype and function names are taken)")
+        for p in self.params:
+            if p.name in reserved:
+                raise ValueError(f"parameter name {p.name!r} is reserved")
         seen = set()
         for t in [*self.inputs, *self.outputs, *self.params]:
             if t.name in seen:
