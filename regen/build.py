@@ -227,6 +227,10 @@ def _report_existing(ctx, node, spec, target, compiled, checks, note: str | None
         level.append(f"verified on {planning.verified_where(node.record)}")
         summary = note or f"up to date: verified on {planning.verified_where(node.record)}"
         return Result(node, "ok", summary, level, compile_summary(compiled), checks, node.record)
+    if node.action == planning.FAILED:
+        level.append(f"failed on {planning.verified_where(node.record)}" if node.record else "failed")
+        return Result(node, "failed", "; ".join(node.reasons), level, compile_summary(compiled),
+                      checks, node.record)
     level.append("not verified on hardware")
     return Result(node, "ok", "; ".join(node.reasons) or "not verified on hardware", level,
                   compile_summary(compiled), checks, node.record)
