@@ -66,3 +66,10 @@ def check(inputs, outputs, case):
         if err > tol:
             problems.append(f"constant_rows: a row with zero variance is {err:.3g} away from bias")
     return problems
+
+
+def baseline(inputs, case):
+    """What a user runs without regen: torch's layer_norm in the storage dtype."""
+    x = inputs["x"]
+    return {"y": torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["weight"], inputs["bias"],
+                                                float(case.params["eps"]))}
