@@ -3,7 +3,7 @@
 //
 // float32 math, one RNE rounding on store. Dispatch (launch.yaml `when` guards on N):
 //   N <= 32768: the row lives in registers between the max, sum and normalise passes (x read
-//     once, y written once): a warp per row up to 1024 elements, else a block per row;
+//     once, y written once): a warp per row up to 256 elements, else a block per row;
 //     `vec` variants move 16 bytes per access and need N * sizeof(T) % 16 == 0, `sca` variants
 //     move one element per access (coalesced across the warp) for any N.
 //   N > 32768: the row is split into 4096-element chunks, one block each, so few long rows still
@@ -297,38 +297,42 @@ __device__ __forceinline__ void softmax_split_apply(const T* __restrict__ x,
 
 }  // namespace
 
+// Every variant asks for enough residency that an SM keeps at least 1024 threads, i.e. at most
+// 64 registers per thread (without the minimum, ptxas may pick 32 registers and spill).
+#define MIN_BLOCKS(THREADS) (1024 / (THREADS))
+
 // ---- entry points: <variant>_<vec|sca>_<dtype>; vec needs N * sizeof(T) % 16 == 0 ------------
 #define SOFTMAX_ROWS(NAME, F, G, RPB)                                                             \
-  extern "C" __global__ void __launch_bounds__(G * RPB)                                          \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
       softmax_##NAME##_vec_bf16(const __nv_bfloat16* x, __nv_bfloat16* y, long long M,           \
                                 long long N) {                                                   \
     softmax_rows<__nv_bfloat16, 8, F, G, RPB>(x, y, M, N);                                       \
   }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB)                                          \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
       softmax_##NAME##_vec_f16(const __half* x, __half* y, long long M, long long N) {           \
     softmax_rows<__half, 8, F, G, RPB>(x, y, M, N);                                              \
   }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB)                                          \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
       softmax_##NAME##_vec_f32(const float* x, float* y, long long M, long long N) {             \
     softmax_rows<float, 4, F, G, RPB>(x, y, M, N);                                               \
   }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB)                                          \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
       softmax_##NAME##_sca_bf16(const __nv_bfloat16* x, __nv_bfloat16* y, long long M,          \
                                 long long N) {                                                   \
     softmax_rows<__nv_bfloat16, 1, F, G, RPB>(x, y, M, N);                                       \
   }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB)                                          \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
       softmax_##NAME##_sca_f16(const __half* x, __half* y, long long M, long long N) {           \
     softmax_rows<__half, 1, F, G, RPB>(x, y, M, N);                                              \
   }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB)                                          \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
       softmax_##NAME##_sca_f32(const float* x, float* y, long long M, long long N) {             \
     softmax_rows<float, 1, F, G, RPB>(x, y, M, N);                                               \
   }
 
 SOFTMAX_ROWS(r256, 8, 32, 8)      // N <= 256: a warp per row, 8 rows per block
-SOFTMAX_ROWS(r1024, 32, 32, 4)    // N <= 1024: a warp per row, 4 rows per block
-SOFTMAX_ROWS(r2048, 16, 128, 1)   // then a block per row, 16 elements per thread
+SOFTMAX_ROWS(r1024, 16, 64, 1)     // then a block per row, 16 elements per thread
+SOFTMAX_ROWS(r2048, 16, 128, 1)
 SOFTMAX_ROWS(r4096, 16, 256, 1)
 SOFTMAX_ROWS(r8192, 16, 512, 1)
 SOFTMAX_ROWS(r16384, 16, 1024, 1)

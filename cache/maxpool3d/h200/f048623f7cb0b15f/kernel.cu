@@ -2,14 +2,15 @@
 // 3x3x3 max pooling, stride 2, no padding, NCDHW, for H200 (sm_90a).
 //
 // maxpool3d_vec_*: used when W is a multiple of VEC = 16 / sizeof(T). A thread owns output
-// columns [OPT*q, OPT*q + OPT) (OPT = VEC / 2) of one output row oh of one volume, and slides
-// along D over a chunk of output planes. Per input plane it loads its three input rows 2oh..2oh+2
-// as one 16-byte vector each (columns VEC*q .. VEC*q + VEC - 1), takes the elementwise max of the
-// three rows, gets the column VEC*q + VEC (shared with the next window) from its right neighbour
-// by a warp shuffle, and reduces to OPT plane maxima. The plane maximum of plane 2*od + 2 is
-// carried in registers to the next output plane, so every input plane is loaded once per block;
-// the row shared by neighbouring oh comes from L1. Blocks are (TX quads) x (TY rows), TX a power
-// of two <= 32 so each warp holds whole rows of quads.
+// columns [OPT*q, OPT*q + OPT) (OPT = VEC / 2) of two adjacent output rows of one volume and slides
+// along D over a chunk of output planes. Per input plane it loads the five input rows of its two
+// windows (2oh .. 2oh+4, the middle one shared) as one 16-byte vector each, takes elementwise
+// maxima over D (the plane 2*od + 2 carried in registers to the next output plane, so each plane
+// is loaded once per block) and over H, gets column VEC*q + VEC (the overlapping window column)
+// from the next lane by a warp shuffle, and writes OPT outputs per row. Blocks are TX x TY lanes
+// (TX a power of two <= 32, so a row of lanes never straddles warps); blocks along W overlap by one
+// vector so every needed column comes from a lane of the same warp row. Rows shared between
+// thread rows come from L1/L2: about 1.25 loads per input element, one read from HBM.
 // maxpool3d_scalar_*: one thread per output, 27 element loads; any W.
 // Max is exact in every dtype (values are converted to float and back without rounding).
 #include <cuda_bf16.h>

@@ -59,6 +59,18 @@ template <> struct Lanes<__half> {
   }
 };
 
+constexpr float LOG2E = 1.4426950408889634f;
+
+// exp(x - base) with one ex2.approx.ftz (about 2 ulp; -inf gives +0; results below 2^-126 flush to
+// 0). The difference is taken first so that logits of magnitude 1e4 lose no accuracy to the
+// rounding of base * log2(e). (__expf would add two multiplies and a compare per element to keep
+// denormal results, which a sum of exponentials does not need.)
+__device__ __forceinline__ float exp_diff(float x, float base) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"((x - base) * LOG2E));
+  return y;
+}
+
 // Online logsumexp state. `base` is the running max, or 0 while the max is still -inf, so that
 // exp(x - base) is 0 for x = -inf and never inf - inf = NaN.
 __device__ __forceinline__ float safe_base(float m) { return m == NEG_INF ? 0.0f : m; }
@@ -70,9 +82,9 @@ __device__ __forceinline__ void absorb(float& m, float& s, const float* f) {
   for (int k = 1; k < K; ++k) cm = fmaxf(cm, f[k]);
   const float mn = fmaxf(m, cm);
   const float base = safe_base(mn);
-  float acc = s * __expf(m - base);
+  float acc = s * exp_diff(m, base);
 #pragma unroll
-  for (int k = 0; k < K; ++k) acc += __expf(f[k] - base);
+  for (int k = 0; k < K; ++k) acc += exp_diff(f[k], base);
   m = mn;
   s = acc;
 }
@@ -80,7 +92,7 @@ __device__ __forceinline__ void absorb(float& m, float& s, const float* f) {
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   const float mn = fmaxf(m, m2);
   const float base = safe_base(mn);
-  s = s * __expf(m - base) + s2 * __expf(m2 - base);
+  s = s * exp_diff(m, base) + s2 * exp_diff(m2, base);
   m = mn;
 }
 
