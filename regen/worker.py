@@ -530,8 +530,8 @@ class Harness:
             for s in seeds:
                 inputs = self.make_inputs(case, view, s)
                 self.note_reference(case, self.oracle.reference(inputs, view))
-        return [{"case": k, **{f: v for f, v in n.items() if f != "first"}}
-                for k, n in self.ref_notes.items()]
+        return [{"case": k, "dist": n["dist"], "ref_constant": n["constant"],
+                 "seed_dependent": n["seed_dependent"]} for k, n in self.ref_notes.items()]
 
     # -- timing ------------------------------------------------------------------------
     def time_case(self, case, seeds: list[int], iters: int, warmup: int) -> dict:
