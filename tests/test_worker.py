@@ -1,0 +1,254 @@
+"""The child-process verifier (regen/worker.py) and its parent half in regen/verify.py: load-time
+checks of host artifacts, the sealed result, the audit window, input perturbation in the timed
+loop, the degenerate-oracle notes, hidden cases, and the timed path of in-place outputs and zeroed
+workspaces (which must not be falsely rejected)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from regen import verify, worker
+from regen.build import Context, evaluate
+from regen.compile import compile_source
+from regen.project import Project
+from regen.spec import Case
+from regen.verify import Settings, degenerate_oracle, hidden_variants
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nm") is None,
+                               reason="needs g++ and nm")
+
+
+def _so(tmp_path: Path, source: str, *flags: str) -> str:
+    src, out = tmp_path / "k.cpp", tmp_path / "k.so"
+    src.write_text(source)
+    subprocess.run(["g++", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True,
+                   capture_output=True)
+    return str(out)
+
+
+# -- load-time checks of host artifacts -------------------------------------------------------------
+@needs_gxx
+def test_honest_softmax_may_be_loaded_and_uses_openmp(tmp_path):
+    project = Project(ROOT)
+    binary = compile_source((ROOT / "handoffs/softmax@cpu/kernel.cpp").read_text(),
+                            project.target("cpu")).result.binary
+    path = tmp_path / "softmax.so"
+    path.write_bytes(binary)
+    problems, imports = worker.native_problems(str(path))
+    assert problems == []
+    assert any(i.startswith("GOMP_") for i in imports)
+
+
+@needs_gxx
+@pytest.mark.parametrize("source,flags,expected", [
+    ('extern "C" long k() { long r; asm volatile("syscall" : "=a"(r) : "a"(39)); return r; }', (),
+     "raw system call"),
+    ('extern "C" void k() {}', ("-Wl,-z,execstack",), "executable stack"),
+    ('__attribute__((section(".wx,\\"awx\\",@progbits#"))) unsigned char c[16] = {0xc3};\n'
+     'extern "C" void k() {}', (), "writable and executable"),
+    ('#include <cstdio>\nextern "C" void k() { std::fopen("/tmp/x", "w"); }', (), "fopen"),
+    ('extern "C" int PyRun_SimpleString(const char*);\n'
+     'extern "C" void k() { PyRun_SimpleString("1"); }', (), "PyRun_SimpleString"),
+    ('extern "C" int thrd_create(unsigned long*, int (*)(void*), void*);\n'
+     'static int f(void*) { return 0; }\n'
+     'extern "C" void k() { unsigned long t; thrd_create(&t, f, 0); }', (), "thrd_create"),
+])
+def test_host_artifacts_that_could_escape_are_not_loaded(tmp_path, source, flags, expected):
+    problems, _ = worker.native_problems(_so(tmp_path, source, *flags))
+    assert any(expected in p for p in problems), problems
+
+
+# -- the sealed result --------------------------------------------------------------------------------
+def test_result_is_accepted_only_with_this_runs_key(tmp_path):
+    key, body = b"k" * 32, json.dumps({"cases": [{"case": "c", "ok": True}], "fingerprint": {}})
+    path = tmp_path / "result.json"
+    path.write_text(worker.seal(body, key))
+    assert verify._unseal(path, key)["cases"][0]["ok"] is True
+    assert verify._unseal(path, b"x" * 32)["kind"] == "result-integrity"
+    sealed = json.loads(path.read_text())
+    path.write_text(json.dumps({**sealed, "body": body.replace("true", "true ")}))
+    assert verify._unseal(path, key)["kind"] == "result-integrity"
+    path.write_text(body)  # the pre-seal format: written by anything that can open the file
+    assert verify._unseal(path, key)["kind"] == "result-integrity"
+
+
+def test_a_hang_is_killed_at_the_timeout(tmp_path):
+    """A kernel that never returns: the child is killed and the reason names the timeout guard."""
+    project = Project(ROOT)
+    source = ('#include <cstdint>\nstatic volatile int never = 0;\n'
+              'extern "C" void softmax_f32(const float*, float*, int64_t, int64_t) { while (!never) {} }\n'
+              'extern "C" void softmax_bf16(const uint16_t*, uint16_t*, int64_t, int64_t) {}\n'
+              'extern "C" void softmax_f16(const uint16_t*, uint16_t*, int64_t, int64_t) {}\n')
+    recipe = "launches:\n  - kernel: softmax_{dtype}\n    args: [x, y, M, N]\n"
+    stage, ok, feedback, *_ = evaluate(
+        Context(project=project, store=None), project.spec("softmax"), project.target("cpu"),
+        source, recipe, verify_here=True, settings=Settings(timeout_s=45),
+        cases=[Case.model_validate({"M": 2, "N": 3, "dtype": "float32"})])
+    assert not ok and "timed out" in feedback and "[guard: timeout]" in feedback
+
+
+# -- the audit window ----------------------------------------------------------------------------
+def test_python_run_during_a_launch_is_refused():
+    watch = worker.AuditWatch()
+    with watch.window():
+        sys.audit("ctypes.call_function", 0, ())  # regen's own launch: allowed
+    with pytest.raises(worker.Rejected) as err:
+        with watch.window():
+            exec("1 + 1")
+    assert err.value.guard == "python-api" and "compile" in err.value.reason
+    exec("1 + 1")  # outside a launch, Python is Python
+
+
+# -- the harness, without an artifact (lint mode) ----------------------------------------------------------
+def _lint_harness():
+    project = Project(ROOT)
+    spec = project.spec("softmax")
+    job = {"mode": "lint", "language": "cpp", "spec": spec.model_dump(mode="json"),
+           "oracle": str(project.oracle_path("softmax")), "recipe": None}
+    return worker.Harness(job), spec
+
+
+def test_perturbation_swaps_positions_with_the_donor_only():
+    import torch
+
+    h, spec = _lint_harness()
+    case = Case.model_validate({"M": 64, "N": 4096, "dtype": "float32"})
+    view = h.case_view(case)
+    x, donor = h.make_inputs(case, view, 1), h.make_inputs(case, view, 2)
+    before, donor_before = x["x"].clone(), donor["x"].clone()
+    shadow = {"x": x["x"].clone()}
+    h.perturb(x, shadow, donor)
+    assert torch.equal(x["x"], shadow["x"])
+    changed = (x["x"] != before).view(-1)
+    assert 0 < int(changed.sum()) <= 64 * 4096 // 512
+    # values moved, none invented: what left the set is in the donor at the same positions
+    assert torch.equal(x["x"].view(-1)[changed], donor_before.view(-1)[changed])
+    assert torch.equal(donor["x"].view(-1)[changed], before.view(-1)[changed])
+
+
+def test_reference_notes_tell_constant_and_seed_independent_outputs():
+    import torch
+
+    h, spec = _lint_harness()
+    normal = Case.model_validate({"M": 3, "N": 7, "dtype": "float32"})
+    h.note_reference(normal, {"y": torch.softmax(torch.randn(3, 7, dtype=torch.float64), -1)})
+    h.note_reference(normal, {"y": torch.softmax(torch.randn(3, 7, dtype=torch.float64), -1)})
+    const = Case.model_validate({"M": 4, "N": 5, "dtype": "float32", "name": "c"})
+    for _ in range(2):
+        h.note_reference(const, {"y": torch.full((4, 5), 0.2, dtype=torch.float64)})
+    notes = h.ref_notes
+    assert notes["M3xN7:float32"]["seed_dependent"] is True
+    assert notes["M3xN7:float32"]["constant"] is False
+    assert notes["c"]["constant"] is True and notes["c"]["seed_dependent"] is False
+
+
+def test_degenerate_oracle_needs_every_normal_case_degenerate():
+    good = {"dist": "normal", "ref_constant": False, "seed_dependent": True}
+    flat = {"dist": "normal", "ref_constant": True, "seed_dependent": False}
+    fixed = {"dist": "normal", "ref_constant": False, "seed_dependent": False}
+    special = {"dist": "constant", "ref_constant": True, "seed_dependent": False}
+    assert degenerate_oracle([good, flat, special]) is None
+    assert degenerate_oracle([flat, fixed, {**good, "dist": "large"}]) is not None
+    assert degenerate_oracle([special]) is not None        # no normal case: all are considered
+    assert degenerate_oracle([{"dist": "normal", "ref_constant": False, "seed_dependent": None}]) is None
+
+
+# -- hidden cases -------------------------------------------------------------------------------------
+def test_hidden_cases_keep_alignment_and_miss_every_listed_shape(monkeypatch):
+    monkeypatch.delenv("REGEN_SECRET_SEED", raising=False)
+    monkeypatch.delenv("REGEN_HIDDEN_CASES", raising=False)
+    spec = Project(ROOT).spec("softmax")
+    cases = spec.correctness_cases()
+    assert hidden_variants(spec, cases, Settings()) == []          # off unless asked for
+    monkeypatch.setenv("REGEN_HIDDEN_CASES", "1")
+    hidden = hidden_variants(spec, cases, Settings())
+    listed = {tuple(sorted(c.sizes.items())) for c in spec.cases}
+    assert len(hidden) == len(cases)
+    for orig, h in zip(cases, hidden):
+        assert tuple(sorted(h.sizes.items())) not in listed
+        assert h.dtype == orig.dtype and h.dist == orig.dist and not h.bench
+        for k, v in orig.sizes.items():
+            step = min(v & -v, 64)
+            assert h.sizes[k] > v and h.sizes[k] % step == 0 and h.sizes[k] - v <= 3 * step
+        assert h.name.startswith("hidden M")
+
+
+def test_hidden_cases_follow_the_secret_and_hide_their_sizes(monkeypatch):
+    spec = Project(ROOT).spec("softmax")
+    cases = spec.correctness_cases()
+    monkeypatch.setenv("REGEN_SECRET_SEED", "s1")
+    a, b = hidden_variants(spec, cases, Settings()), hidden_variants(spec, cases, Settings())
+    assert [c.sizes for c in a] == [c.sizes for c in b]
+    assert all(c.name.startswith("hidden variant of ") for c in a)
+    monkeypatch.setenv("REGEN_SECRET_SEED", "s2")
+    assert [c.sizes for c in hidden_variants(spec, cases, Settings())] != [c.sizes for c in a]
+
+
+# -- the timed path: no false rejection of in-place outputs or zeroed workspaces -------------------
+INPLACE_SPEC = """\
+name: scale_inplace
+summary: y = 2 x, in place.
+intent: Double every element of x in place.
+signature:
+  dtypes: [float32]
+  inputs:
+    - {name: x, dtype: T, shape: [N]}
+  outputs:
+    - {name: y, dtype: T, shape: [N], inplace_of: x}
+cases:
+  - {N: 1000}
+  - {N: 4194304, bench: true}
+tolerance:
+  float32: {atol: 0.0, rtol: 0.0}
+"""
+INPLACE_ORACLE = """\
+import torch
+
+
+def make_inputs(case, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(case.sizes["N"], generator=g).to(case.device)}
+
+
+def reference(inputs, case):
+    return {"y": inputs["x"].to(torch.float64) * 2}
+"""
+INPLACE_KERNEL = """\
+#include <cstdint>
+// Relies on what the recipe promises: `calls` is zeroed before every launch.
+extern "C" void scale_f32(float* x, int64_t* calls, int64_t N) {
+  if (calls[0]++ != 0) return;  // a dirty workspace would leave x as it was
+  for (int64_t i = 0; i < N; ++i) x[i] *= 2.0f;
+}
+"""
+INPLACE_RECIPE = """\
+launches:
+  - kernel: scale_{dtype}
+    args: [x, calls, N]
+workspace:
+  - {name: calls, dtype: int64, shape: [1], zero: true}
+"""
+
+
+@needs_gxx
+def test_timed_path_restores_inplace_inputs_and_rezeroes_workspaces(tmp_path):
+    proj = tmp_path / "proj"
+    (proj / "specs").mkdir(parents=True)
+    (proj / "oracles").mkdir()
+    shutil.copytree(ROOT / "targets", proj / "targets")
+    (proj / "specs" / "scale_inplace.yaml").write_text(INPLACE_SPEC)
+    (proj / "oracles" / "scale_inplace.py").write_text(INPLACE_ORACLE)
+    project = Project(proj)
+    stage, ok, feedback, _, _, outcome = evaluate(
+        Context(project=project, store=None), project.spec("scale_inplace"), project.target("cpu"),
+        INPLACE_KERNEL, INPLACE_RECIPE, verify_here=True,
+        settings=Settings(bench=True, baselines=(), iters=4, warmup=2))
+    assert ok, feedback
+    assert outcome.bench and outcome.bench[0]["iters"] == 4
