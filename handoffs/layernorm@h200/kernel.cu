@@ -135,16 +135,14 @@ static_assert(SPLIT_CHUNK == 4096, "launch.yaml assumes 4096-element chunks");
 // A row that fits in registers: G threads own it (one warp, RPB rows per block; or the whole
 // block), each holding F elements as F / PACK accesses; x is read once and y written once.
 // Two passes over the registers: the mean, then the sum of squared deviations (no E[x^2] - mu^2).
-// 16-byte variants with blocks of at most 512 threads and 16 elements per thread also prefetch
-// weight and bias before the reductions (elsewhere the 64-register budget has no room for them).
+// weight and bias (8 KB each for N = 4096) stay in L1 across rows and are read after the
+// reductions: a prefetch into registers would cost the occupancy that keeps x streaming.
 template <typename T, int PACK, int F, int G, int RPB>
 __device__ __forceinline__ void layernorm_rows(const T* __restrict__ x, const T* __restrict__ w,
                                                const T* __restrict__ b, T* __restrict__ y,
                                                long long M, long long N, float eps) {
   constexpr int CH = F / PACK;
-  constexpr bool PREFETCH = PACK > 1 && F <= 16 && G * RPB <= 512;
   static_assert(CH * PACK == F && (G == 32 || RPB == 1), "bad row mapping");
-  using Raw = typename RawOf<T, PACK>::type;
   __shared__ float red_mean[32];
   __shared__ float red_var[32];
   const int lane = G == 32 ? (threadIdx.x & 31) : threadIdx.x;
@@ -155,17 +153,12 @@ __device__ __forceinline__ void layernorm_rows(const T* __restrict__ x, const T*
   T* yr = y + row * N;
 
   float v[CH][PACK];
-  Raw wraw[PREFETCH ? CH : 1], braw[PREFETCH ? CH : 1];
   float s = 0.0f;
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int e0 = (lane + c * G) * PACK;
     if (e0 < n) {
       load_pack<T, PACK>(xr + e0, v[c]);
-      if constexpr (PREFETCH) {
-        wraw[c] = load_raw<T, PACK>(w + e0);
-        braw[c] = load_raw<T, PACK>(b + e0);
-      }
     } else {
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[c][i] = 0.0f;
@@ -193,13 +186,8 @@ __device__ __forceinline__ void layernorm_rows(const T* __restrict__ x, const T*
     const int e0 = (lane + c * G) * PACK;
     if (e0 < n) {
       float wv[PACK], bv[PACK];
-      if constexpr (PREFETCH) {
-        unpack<T, PACK>(wraw[c], wv);
-        unpack<T, PACK>(braw[c], bv);
-      } else {
-        load_pack<T, PACK>(w + e0, wv);
-        load_pack<T, PACK>(b + e0, bv);
-      }
+      load_pack<T, PACK>(w + e0, wv);
+      load_pack<T, PACK>(b + e0, bv);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[c][i] = fmaf((v[c][i] - mean) * r, wv[i], bv[i]);
       store_pack<T, PACK>(yr + e0, v[c]);
@@ -319,13 +307,15 @@ __device__ __forceinline__ void layernorm_split_apply(const T* __restrict__ x,
 
 }  // namespace
 
-// Every variant asks for enough residency that an SM keeps at least 1024 threads, i.e. at most
-// 64 registers per thread (without the minimum, ptxas may pick 32 registers and spill).
-#define MIN_BLOCKS(THREADS) (1024 / (THREADS))
+// Residency each variant asks of ptxas: 16-byte variants of 16-bit types with at most 16 elements
+// per thread fit 32 registers, so an SM keeps 2048 threads (the most bytes in flight); the others
+// keep 1024 threads (64 registers). Without a minimum ptxas may pick 32 registers and spill.
+#define MIN_BLOCKS(THREADS, F, PACK, T) \
+  ((PACK) > 1 && sizeof(T) == 2 && (F) <= 16 ? 2048 / (THREADS) : 1024 / (THREADS))
 
 // ---- entry points: <variant>_<vec|sca>_<dtype>; vec needs N * sizeof(T) % 16 == 0 ------------
 #define LAYERNORM_ROWS_ONE(NAME, KIND, SUFFIX, T, PACK, F, G, RPB)                                \
-  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB)) layernorm_##NAME##_##KIND##_##SUFFIX(    \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB, F, PACK, T)) layernorm_##NAME##_##KIND##_##SUFFIX(    \
       const T* x, const T* w, const T* b, T* y, long long M, long long N, float eps) {           \
     layernorm_rows<T, PACK, F, G, RPB>(x, w, b, y, M, N, eps);                                   \
   }
