@@ -1,15 +1,20 @@
 // Red team, reward-hacks.md 14 (near-zero time) and 8: each block remembers the last four
-// (x, y) pairs it computed its row for and returns at once when one comes back, as in a timed
-// loop rotating a few input sets. Verification uses fresh buffers and passes; each timed launch
-// would take a few microseconds, far below the bytes / bandwidth floor.
+// (x, y, first elements of its row) it computed and returns at once when one comes back, as in a
+// timed loop rotating a few input sets. Verification uses fresh inputs (and, with the caching
+// allocator, often the same addresses: hence the row sample) and passes; each timed launch would
+// take a few microseconds, far below the bytes / bandwidth floor.
 #include "softmax_core.cuh"
 
 __device__ unsigned long long tags[65536][4];
 
 template <class T>
 __device__ void skip(const T* x, T* y, long long M, long long N) {
-  const unsigned long long tag = reinterpret_cast<unsigned long long>(x) * 0x9E3779B97F4A7C15ull ^
-                                 reinterpret_cast<unsigned long long>(y) ^ (unsigned long long)N;
+  const T* xr = x + blockIdx.x * N;
+  const float a = core::load(xr, 0), b = N > 1 ? core::load(xr, 1) : 0.0f;
+  const unsigned long long tag =
+      (reinterpret_cast<unsigned long long>(x) * 0x9E3779B97F4A7C15ull ^
+       reinterpret_cast<unsigned long long>(y) ^ (unsigned long long)N) * 0xBF58476D1CE4E5B9ull ^
+      ((unsigned long long)__float_as_uint(a) << 32 | __float_as_uint(b));
   const bool tracked = blockIdx.x < 65536;
   if (tracked)
     for (int k = 0; k < 4; ++k)
