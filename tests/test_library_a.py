@@ -11,6 +11,7 @@ import mmap
 import platform
 import shutil
 import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -664,7 +665,7 @@ def test_emulation_catches_an_out_of_bounds_kernel(tmp_path):
               f"c = Case.model_validate({{'M': 2, 'N': 7, 'dtype': 'float32'}}); "
               f"t.run_emulated(ctypes.CDLL({str(so)!r}), 'swiglu', c, "
               f"{{'x': torch.randn(2, 14)}}); print('no fault')")
-    proc = subprocess.run(["python", "-c", script], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode != 0 and "no fault" not in proc.stdout, proc.stdout + proc.stderr
 
 
