@@ -34,7 +34,24 @@ def main() -> None:
     dst = torch.empty_like(src)
     t = timed(lambda: dst.copy_(src))
     print(f"copy: {2 * n / t / 1e12:.3f} TB/s (bytes read + written, {n / 2**30:.0f} GiB, median of 20)")
-    del src, dst
+    # the same copy, each iteration preceded by an L2 flush: by writing (dirty L2) or reading (clean)
+    flush = torch.ones(2 * props.L2_cache_size // 8, dtype=torch.int64, device="cuda")
+    small = torch.randn(2**28 // 4, device="cuda")  # 256 MiB: what a benchmark case moves
+    small_dst = torch.empty_like(small)
+    for name, pre in (("none", lambda: None), ("write", lambda: flush.fill_(1)),
+                      ("read", lambda: flush.sum())):
+        ts = []
+        for _ in range(30):
+            pre()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            small_dst.copy_(small)
+            b.record()
+            torch.cuda.synchronize()
+            ts.append(a.elapsed_time(b) / 1e3)
+        t = statistics.median(ts)
+        print(f"copy 256 MiB after flush={name}: {2 * 2**28 / t / 1e12:.3f} TB/s")
+    del src, dst, flush, small, small_dst
     m = 8192
     a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)

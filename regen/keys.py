@@ -117,7 +117,13 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return lines
 
 
+def _is_digest(v) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
 def _describe(label: str, old, new) -> str:
+    if _is_digest(old) or _is_digest(new):
+        return f"{label} changed"
     if isinstance(old, str) and isinstance(new, str):
         if len(old) > 60 or len(new) > 60 or "\n" in old + new:
             return f"{label} changed ({_changed_words(old, new)})"

@@ -203,13 +203,15 @@ class Runtime:
                          self._device))
 
     def flush_cache(self) -> None:
-        """Evict L2 by writing a buffer twice its size; drop any persisting-L2 lines too."""
+        """Evict L2 by reading a buffer twice its size; drop any persisting-L2 lines too.
+
+        A read sweep, not a write: writing leaves L2 full of dirty lines whose write-back would
+        then steal bandwidth inside the next timed kernel (benchmarks/ceilings.py compares the
+        two on a copy). After a read sweep L2 is cold and clean."""
         if self._flush_buffer is None:
-            size = max(2 * self.l2_bytes(), 1 << 20)
-            self._flush_buffer = torch.empty(size, dtype=torch.uint8, device=f"cuda:{self.ordinal}")
-            self._flush_value = 0
-        self._flush_value = (self._flush_value + 1) & 0x7F
-        self._flush_buffer.fill_(self._flush_value)
+            size = max(2 * self.l2_bytes(), 1 << 20) // 8 * 8
+            self._flush_buffer = torch.ones(size // 8, dtype=torch.int64, device=f"cuda:{self.ordinal}")
+        self._flush_sink = self._flush_buffer.sum()
         if self._reset_persisting_l2:
             # Unsupported on some parts (e.g. MIG slices): then there is nothing to reset.
             self._reset_persisting_l2 = (

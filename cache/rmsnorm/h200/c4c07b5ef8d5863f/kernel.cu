@@ -5,7 +5,7 @@
 // float32 math (squares taken after the conversion, so fp16 inputs cannot overflow), one RNE
 // rounding on store. Dispatch (launch.yaml `when` guards on N):
 //   N <= 32768: the row lives in registers between the sum-of-squares and scaling passes (x read
-//     once, y written once): a warp per row up to 1024 elements, else a block per row; `vec`
+//     once, y written once): a warp per row up to 256 elements, else a block per row; `vec`
 //     variants move 16 bytes per access and need N * sizeof(T) % 16 == 0, `sca` variants move
 //     one element per access (coalesced across the warp) for any N.
 //   N > 32768: 4096-element chunks, one block each, so few long rows still fill the GPU: pass 1
@@ -135,15 +135,14 @@ static_assert(SPLIT_CHUNK == 4096, "launch.yaml assumes 4096-element chunks");
 
 // A row that fits in registers: G threads own it (one warp, RPB rows per block; or the whole
 // block), each holding F elements as F / PACK accesses; x is read once and y written once.
-// Rows of at most 16 elements per thread also prefetch their weight before the reduction.
+// weight (8 KB for N = 4096) stays in L1 across rows and is read after the reduction: a prefetch
+// into registers would cost the occupancy that keeps x streaming.
 template <typename T, int PACK, int F, int G, int RPB>
 __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, const T* __restrict__ w,
                                              T* __restrict__ y, long long M, long long N,
                                              float eps) {
   constexpr int CH = F / PACK;
-  constexpr bool PREFETCH_W = F <= 16;
   static_assert(CH * PACK == F && (G == 32 || RPB == 1), "bad row mapping");
-  using Raw = typename RawOf<T, PACK>::type;
   __shared__ float red[32];
   const int lane = G == 32 ? (threadIdx.x & 31) : threadIdx.x;
   const long long row = static_cast<long long>(blockIdx.x) * RPB + (G == 32 ? threadIdx.x >> 5 : 0);
@@ -153,14 +152,12 @@ __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, const T* _
   T* yr = y + row * N;
 
   float v[CH][PACK];
-  Raw wraw[PREFETCH_W ? CH : 1];
   float ss = 0.0f;
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int e0 = (lane + c * G) * PACK;
     if (e0 < n) {
       load_pack<T, PACK>(xr + e0, v[c]);
-      if constexpr (PREFETCH_W) wraw[c] = load_raw<T, PACK>(w + e0);
     } else {
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[c][i] = 0.0f;
@@ -175,8 +172,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, const T* _
     const int e0 = (lane + c * G) * PACK;
     if (e0 < n) {
       float wv[PACK];
-      if constexpr (PREFETCH_W) unpack<T, PACK>(wraw[c], wv);
-      else load_pack<T, PACK>(w + e0, wv);
+      load_pack<T, PACK>(w + e0, wv);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[c][i] = v[c][i] * r * wv[i];
       store_pack<T, PACK>(yr + e0, v[c]);
@@ -262,9 +258,15 @@ __device__ __forceinline__ void rmsnorm_split_apply(const T* __restrict__ x,
 
 }  // namespace
 
+// Residency each variant asks of ptxas: 16-byte variants of 16-bit types with at most 16 elements
+// per thread fit 32 registers, so an SM keeps 2048 threads (the most bytes in flight); the others
+// keep 1024 threads (64 registers). Without a minimum ptxas may pick 32 registers and spill.
+#define MIN_BLOCKS(THREADS, F, PACK, T) \
+  ((PACK) > 1 && sizeof(T) == 2 && (F) <= 16 ? 2048 / (THREADS) : 1024 / (THREADS))
+
 // ---- entry points: <variant>_<vec|sca>_<dtype>; vec needs N * sizeof(T) % 16 == 0 ------------
 #define RMSNORM_ROWS_ONE(NAME, KIND, SUFFIX, T, PACK, F, G, RPB)                                  \
-  extern "C" __global__ void __launch_bounds__(G * RPB) rmsnorm_##NAME##_##KIND##_##SUFFIX(      \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB, F, PACK, T)) rmsnorm_##NAME##_##KIND##_##SUFFIX(      \
       const T* x, const T* w, T* y, long long M, long long N, float eps) {                       \
     rmsnorm_rows<T, PACK, F, G, RPB>(x, w, y, M, N, eps);                                        \
   }
@@ -277,8 +279,8 @@ __device__ __forceinline__ void rmsnorm_split_apply(const T* __restrict__ x,
   RMSNORM_ROWS_ONE(NAME, sca, f32, float, 1, F, G, RPB)
 
 RMSNORM_ROWS(r256, 8, 32, 8)      // N <= 256: a warp per row, 8 rows per block
-RMSNORM_ROWS(r1024, 32, 32, 4)    // N <= 1024: a warp per row, 4 rows per block
-RMSNORM_ROWS(r2048, 16, 128, 1)   // then a block per row, 16 elements per thread
+RMSNORM_ROWS(r1024, 16, 64, 1)     // then a block per row, 16 elements per thread
+RMSNORM_ROWS(r2048, 16, 128, 1)
 RMSNORM_ROWS(r4096, 16, 256, 1)
 RMSNORM_ROWS(r8192, 16, 512, 1)
 RMSNORM_ROWS(r16384, 16, 1024, 1)

@@ -297,38 +297,25 @@ __device__ __forceinline__ void softmax_split_apply(const T* __restrict__ x,
 
 }  // namespace
 
-// Every variant asks for enough residency that an SM keeps at least 1024 threads, i.e. at most
-// 64 registers per thread (without the minimum, ptxas may pick 32 registers and spill).
-#define MIN_BLOCKS(THREADS) (1024 / (THREADS))
+// Residency each variant asks of ptxas: 16-byte variants of 16-bit types with at most 16 elements
+// per thread fit 32 registers, so an SM keeps 2048 threads (the most bytes in flight); the others
+// keep 1024 threads (64 registers). Without a minimum ptxas may pick 32 registers and spill.
+#define MIN_BLOCKS(THREADS, F, PACK, T) \
+  ((PACK) > 1 && sizeof(T) == 2 && (F) <= 16 ? 2048 / (THREADS) : 1024 / (THREADS))
 
 // ---- entry points: <variant>_<vec|sca>_<dtype>; vec needs N * sizeof(T) % 16 == 0 ------------
-#define SOFTMAX_ROWS(NAME, F, G, RPB)                                                             \
-  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
-      softmax_##NAME##_vec_bf16(const __nv_bfloat16* x, __nv_bfloat16* y, long long M,           \
-                                long long N) {                                                   \
-    softmax_rows<__nv_bfloat16, 8, F, G, RPB>(x, y, M, N);                                       \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
-      softmax_##NAME##_vec_f16(const __half* x, __half* y, long long M, long long N) {           \
-    softmax_rows<__half, 8, F, G, RPB>(x, y, M, N);                                              \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
-      softmax_##NAME##_vec_f32(const float* x, float* y, long long M, long long N) {             \
-    softmax_rows<float, 4, F, G, RPB>(x, y, M, N);                                               \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
-      softmax_##NAME##_sca_bf16(const __nv_bfloat16* x, __nv_bfloat16* y, long long M,          \
-                                long long N) {                                                   \
-    softmax_rows<__nv_bfloat16, 1, F, G, RPB>(x, y, M, N);                                       \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
-      softmax_##NAME##_sca_f16(const __half* x, __half* y, long long M, long long N) {           \
-    softmax_rows<__half, 1, F, G, RPB>(x, y, M, N);                                              \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB))                                          \
-      softmax_##NAME##_sca_f32(const float* x, float* y, long long M, long long N) {             \
-    softmax_rows<float, 1, F, G, RPB>(x, y, M, N);                                               \
+#define SOFTMAX_ROWS_ONE(NAME, KIND, SUFFIX, T, PACK, F, G, RPB)                                  \
+  extern "C" __global__ void __launch_bounds__(G * RPB, MIN_BLOCKS(G * RPB, F, PACK, T))         \
+      softmax_##NAME##_##KIND##_##SUFFIX(const T* x, T* y, long long M, long long N) {           \
+    softmax_rows<T, PACK, F, G, RPB>(x, y, M, N);                                                \
   }
+#define SOFTMAX_ROWS(NAME, F, G, RPB)                                                             \
+  SOFTMAX_ROWS_ONE(NAME, vec, bf16, __nv_bfloat16, 8, F, G, RPB)                                 \
+  SOFTMAX_ROWS_ONE(NAME, vec, f16, __half, 8, F, G, RPB)                                         \
+  SOFTMAX_ROWS_ONE(NAME, vec, f32, float, 4, F, G, RPB)                                          \
+  SOFTMAX_ROWS_ONE(NAME, sca, bf16, __nv_bfloat16, 1, F, G, RPB)                                 \
+  SOFTMAX_ROWS_ONE(NAME, sca, f16, __half, 1, F, G, RPB)                                         \
+  SOFTMAX_ROWS_ONE(NAME, sca, f32, float, 1, F, G, RPB)
 
 SOFTMAX_ROWS(r256, 8, 32, 8)      // N <= 256: a warp per row, 8 rows per block
 SOFTMAX_ROWS(r1024, 16, 64, 1)     // then a block per row, 16 elements per thread
