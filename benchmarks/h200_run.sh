@@ -15,11 +15,16 @@ for step in $steps; do
         python3 -m pip list 2>/dev/null | grep -iE "^(torch|triton|cuda-bindings|nvidia-cuda-nvrtc|nvidia-cuda-runtime|nvidia-cuda-cccl|numpy) "
         python3 -c "from regen.target import load_target; from regen.compile import toolchain_identity; from pathlib import Path; print(toolchain_identity(load_target(Path('targets/h200.yaml'))))"
       } 2>&1 | tee "$OUT/env.txt" ;;
-    ceilings) python3 benchmarks/ceilings.py 2>&1 | tee "$OUT/ceilings.txt" ;;
+    ceilings) python3 benchmarks/ceilings.py 2>&1 | tee -a "$OUT/${CEILINGS_FILE:-ceilings.txt}" ;;
     verify|verify:*)  # verify:softmax,rope limits the kernels
       kernels=""; [ "$step" != verify ] && kernels=${step#verify:} && kernels=${kernels//,/ }
       python3 -m regen.cli verify $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee "$OUT/verify.log" ;;
+    each:*)  # each:a,b,c verifies kernels one by one, one export file each (partial results survive)
+      for k in $(echo "${step#each:}" | tr , ' '); do
+        python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
+          --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
+      done ;;
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu-tests.log" ;;
     *) echo "unknown step $step" ;;
   esac
