@@ -58,17 +58,59 @@ def check_oracle(path: Path) -> None:
                                  file=str(path), field=name, line=fn.lineno)
 
 
-def oracle_digest(path: Path) -> str:
-    """Digest of the oracle's code, insensitive to comments, docstrings and formatting."""
-    tree = _tree(path)
+def _strip_docstrings(tree: ast.Module) -> ast.Module:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
                 and isinstance(getattr(body[0], "value", None), ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    dumped = ast.dump(tree, annotate_fields=False, include_attributes=False)
-    return hashlib.sha256(dumped.encode()).hexdigest()
+    return tree
+
+
+def _stable_dump(node) -> str:
+    """An AST rendering that is the same on every Python version: fields that are None or empty
+    lists are left out (3.12 added `type_params=[]` to every def, which ast.dump prints)."""
+    if isinstance(node, ast.AST):
+        parts = [type(node).__name__]
+        for name, value in ast.iter_fields(node):
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            parts.append(f"{name}={_stable_dump(value)}")
+        return "(" + " ".join(parts) + ")"
+    if isinstance(node, list):
+        return "[" + " ".join(_stable_dump(v) for v in node) + "]"
+    return repr(node)
+
+
+def oracle_digest(path: Path) -> str:
+    """Digest of the oracle's code, insensitive to comments, docstrings, formatting and the
+    Python version reading it."""
+    dumped = _stable_dump(_strip_docstrings(_tree(path)))
+    return hashlib.sha256(("oracle-ast-2\n" + dumped).encode()).hexdigest()
+
+
+def legacy_digests(path: Path) -> dict[str, str]:
+    """Digests earlier regen versions computed with `ast.dump`, which differs between Python
+    versions; lets records made by them be recognised (and re-keyed) rather than thrown away."""
+    out = {}
+    for version, extra in (("3.11", ()), ("3.12", ("type_params",))):
+        tree = _strip_docstrings(_tree(path))
+        classes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        saved = {cls: cls._fields for cls in classes}
+        try:
+            for cls in classes:
+                if extra and extra[0] not in cls._fields:
+                    cls._fields = cls._fields + extra
+            for node in ast.walk(tree):
+                if extra and isinstance(node, classes) and not hasattr(node, "type_params"):
+                    node.type_params = []
+            dumped = ast.dump(tree, annotate_fields=False, include_attributes=False)
+        finally:
+            for cls, fields in saved.items():
+                cls._fields = fields
+        out[hashlib.sha256(dumped.encode()).hexdigest()] = f"python {version} ast.dump"
+    return out
 
 
 def load_oracle(path: Path):

@@ -11,6 +11,7 @@ from pathlib import Path
 from . import keys
 from .compile import compile_source, toolchain_problem
 from .errors import InputError
+from .oracle import legacy_digests
 
 
 def import_records(project, store, path: Path) -> tuple[int, list[str]]:
@@ -32,7 +33,17 @@ def import_records(project, store, path: Path) -> tuple[int, list[str]]:
         if entry is None or entry.id != rec.get("entry"):
             skipped.append(f"{label}: entry {rec.get('entry')} is not the current one here")
             continue
-        want = keys.verify_components(spec, target, project.oracle_digest(spec.name),
+        oracle = project.oracle_digest(spec.name)
+        legacy = legacy_digests(project.oracle_path(spec.name))
+        had = rec["verify"].get("oracle")
+        if had != oracle and had in legacy:
+            # same oracle source, digest written by an older regen on another Python version
+            rec["verify"]["oracle"] = oracle
+            rec["verify_key"] = keys.key(rec["verify"])
+            rec.setdefault("migrated", []).append(
+                f"verify.oracle re-keyed from {had[:12]} ({legacy[had]} of the same source) to the "
+                f"version-independent digest {oracle[:12]}")
+        want = keys.verify_components(spec, target, oracle,
                                       rec["verify"].get("binary", ""), entry.recipe_digest)
         diffs = keys.differences(keys.portable(rec["verify"]), want)
         if diffs:
