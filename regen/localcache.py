@@ -27,12 +27,29 @@ def cache():
     return _CACHE
 
 
+_STAMP = None
+
+
+def code_stamp() -> str:
+    """Identifies regen's own code: memoised results from another version are not reused."""
+    global _STAMP
+    if _STAMP is None:
+        import hashlib
+
+        h = hashlib.sha256()
+        for p in sorted(Path(__file__).parent.glob("*.py")):
+            st = p.stat()
+            h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        _STAMP = h.hexdigest()[:16]
+    return _STAMP
+
+
 def memo(kind: str, content: bytes, compute):
     """compute() once per distinct content on this machine (specs, oracle ASTs, recipes):
     a no-op build over 1000 artifacts must not re-parse 1000 files."""
     import hashlib
 
-    key = (kind, hashlib.sha256(content).hexdigest())
+    key = (kind, code_stamp(), hashlib.sha256(content).hexdigest())
     store = cache()
     hit = store.get(key)
     if hit is None:
