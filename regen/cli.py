@@ -155,6 +155,7 @@ def cmd_handoff(args) -> int:
     from . import plan as planning
     from .generators.handoff import write_task
     from .prompt import build_prompt
+    from .store import strip_header
 
     project = _project(args)
     store = _store(project)
@@ -163,8 +164,11 @@ def cmd_handoff(args) -> int:
     comps = [(c, e.source(), e.recipe()) for c in spec.components
              if (e := store.current(c, target.name)) is not None]
     folder = Path(args.out) if args.out else project.root / "handoffs" / f"{spec.name}@{target.name}"
+    existing = None
+    if node.entry is not None:  # start from the cached implementation, not from a stub
+        existing = (strip_header(node.entry.source()), node.entry.recipe())
     write_task(folder, spec, target, build_prompt(spec, target, comps), node.generate_components,
-               node.generate_key)
+               node.generate_key, existing)
     print(f"wrote {folder}: prompt.md, {('kernel.' + {'cuda': 'cu', 'hip': 'hip', 'cpp': 'cpp'}[target.language])}, "
           f"launch.yaml; when done: regen accept {folder}")
     return 0

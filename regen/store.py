@@ -79,6 +79,13 @@ def add_header(source: str, kernel: str, target: str) -> str:
     return source if source.startswith("// regen artifact ") else f"{line}\n{source}"
 
 
+def strip_header(source: str) -> str:
+    """The source as its author wrote it (without the line the store adds)."""
+    if source.startswith("// regen artifact "):
+        return source.split("\n", 1)[1] if "\n" in source else ""
+    return source
+
+
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
