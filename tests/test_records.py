@@ -1,0 +1,60 @@
+"""Records travel between machines: export on the hardware, import here; stale or foreign records
+are refused, records written by older digests of the same oracle source are re-keyed."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import SCALE_CPP, SCALE_RECIPE, regen, write_handoff
+from regen.oracle import legacy_digests, oracle_digest
+
+
+def _verified(project, tmp_path):
+    folder = write_handoff(tmp_path / "h", "scale", "cpu", SCALE_CPP, SCALE_RECIPE, project)
+    regen(project, "accept", str(folder), check=True)
+    out = tmp_path / "records.json"
+    regen(project, "verify", "--target", "cpu", "--export", str(out), check=True)
+    return json.loads(out.read_text())
+
+
+def test_import_roundtrip_and_refusals(project, tmp_path):
+    data = _verified(project, tmp_path)
+    assert len(data["records"]) == 1 and data["records"][0]["ok"]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(data))
+    proc = regen(project, "record", "import", str(good))
+    assert proc.returncode == 0 and "imported 1 records" in proc.stdout
+
+    stale = json.loads(json.dumps(data))
+    stale["records"][0]["verify"]["tolerance"]["float32"]["rtol"] = 0.5
+    (tmp_path / "stale.json").write_text(json.dumps(stale))
+    proc = regen(project, "record", "import", str(tmp_path / "stale.json"))
+    assert proc.returncode == 1 and "stale (tolerance changed" in proc.stdout
+
+    foreign = json.loads(json.dumps(data))
+    foreign["records"][0]["compile"]["binary"] = "0" * 64
+    (tmp_path / "foreign.json").write_text(json.dumps(foreign))
+    proc = regen(project, "record", "import", str(tmp_path / "foreign.json"))
+    assert proc.returncode == 1 and "is not the verified one" in proc.stdout
+
+
+def test_record_with_a_legacy_oracle_digest_is_rekeyed(project, tmp_path):
+    data = _verified(project, tmp_path)
+    path = project / "oracles" / "scale.py"
+    old = next(d for d, how in legacy_digests(path).items() if "3.12" in how)
+    assert old != oracle_digest(path)
+    data["records"][0]["verify"]["oracle"] = old  # as an older regen on Python 3.12 wrote it
+    f = tmp_path / "legacy.json"
+    f.write_text(json.dumps(data))
+    proc = regen(project, "record", "import", str(f))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = json.loads(next((project / "cache" / "scale" / "cpu" / "records").glob("*.json")).read_text())
+    assert rec["verify"]["oracle"] == oracle_digest(path)
+    assert "re-keyed" in rec["migrated"][0]
+
+
+def test_bad_record_file_is_a_clear_error(project, tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text("{not json")
+    proc = regen(project, "record", "import", str(f))
+    assert proc.returncode == 2 and "invalid JSON" in proc.stderr and "Traceback" not in proc.stderr
