@@ -51,8 +51,8 @@ def signature(project, selection: tuple) -> str:
     return h.hexdigest()
 
 
-def _key(project, selection) -> tuple:
-    return ("noop", str(project.root), selection)
+def _key(project, selection) -> str:
+    return f"noop:{project.root}:{selection!r}"
 
 
 def lookup(project, selection: tuple) -> tuple[str, str | None]:

@@ -49,10 +49,10 @@ def compile_source(source: str, target, use_cache: bool = True) -> Compiled:
     ckey = keys.key(components)
     store = localcache.cache()
     if use_cache:
-        hit = store.get(("compile", ckey))
+        hit = store.get(f"compile:{ckey}")
         if hit is not None:
             return Compiled(hit, components, ckey, keys.digest(hit.binary) if hit.ok else None, True)
     result = get_toolchain(target).compile(source, target)
     if result.ok:
-        store.set(("compile", ckey), result)
+        store.set(f"compile:{ckey}", result)
     return Compiled(result, components, ckey, keys.digest(result.binary) if result.ok else None, False)

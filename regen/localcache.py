@@ -49,7 +49,7 @@ def memo(kind: str, content: bytes, compute):
     a no-op build over 1000 artifacts must not re-parse 1000 files."""
     import hashlib
 
-    key = (kind, code_stamp(), hashlib.sha256(content).hexdigest())
+    key = f"{kind}:{code_stamp()}:{hashlib.sha256(content).hexdigest()}"  # str keys: no pickling
     store = cache()
     hit = store.get(key)
     if hit is None:
