@@ -4,7 +4,9 @@ Every hand-written CPU implementation in handoffs/<kernel>@cpu is compiled and v
 worker process per kernel, on each of its spec's correctness cases with N fresh seeds (each
 (case, seed) pair is its own entry, so every failure is counted, not only the first), with every
 guard of regen/worker.py and regen/verify.py active and, with --hidden, a hidden variant per entry
-(each one a different size step). The claim: 0 false rejections.
+(each with its own size step; one that lands on a listed shape is left out). The claim: 0 false
+rejections. Cost on the shared 2-core dev machine: about 0.05-0.7 s per (case, seed), so the
+default 1000 seeds over every case of every kernel is hours; --max-elements trims the big cases.
 
     python benchmarks/false_reject.py [--seeds 1000] [--kernels softmax,rmsnorm] [--hidden]
                                       [--max-elements 0] [--timeout 36000]
@@ -61,8 +63,9 @@ def run_kernel(project, kernel: str, handoff: Path, seeds: int, hidden: bool, ma
         failed, verified = [{"case": "*", "reason": outcome.reason}], 0
     elif not outcome.ok and not failed:       # a run-level guard (e.g. degenerate oracle)
         failed = [{"case": "*", "reason": outcome.reason}]
+    hidden_n = sum(1 for c in outcome.cases if str(c.get("case", "")).startswith("hidden"))
     return {"kernel": kernel, "cases": len(cases), "seeds": seeds, "verified": verified,
-            "expected": len(entries) * (2 if hidden else 1), "false_rejections": len(failed),
+            "hidden": hidden_n, "false_rejections": len(failed),
             "examples": [f"{f['case']}: {f.get('reason')}" for f in failed[:3]], "wall_s": wall}
 
 
@@ -94,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         total_fail += r["false_rejections"]
         total_verified += r["verified"]
-        print(f"{kernel:14s} {r['cases']:3d} cases x {r['seeds']} seeds: {r['verified']}/{r['expected']} "
-              f"verified, {r['false_rejections']} false rejections, {r['wall_s']:.1f} s", flush=True)
+        print(f"{kernel:14s} {r['cases']:3d} cases x {r['seeds']} seeds: {r['verified']} verified "
+              f"({r['hidden']} of them hidden variants), {r['false_rejections']} false rejections, "
+              f"{r['wall_s']:.1f} s", flush=True)
         for ex in r["examples"]:
             print(f"    {ex[:300]}")
     wall = time.perf_counter() - t0
