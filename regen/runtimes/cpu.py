@@ -14,17 +14,9 @@ _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "float32": ctypes.c
 
 
 def cpu_fingerprint() -> dict:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"vendor": "host", "device": model, "arch": platform.machine(),
-            "cores": os.cpu_count(), "os": f"{platform.system()} {platform.release()}",
+    from regen.hardware import host
+
+    return {**host(), "os": f"{platform.system()} {platform.release()}",
             "runtime": {"torch": torch.__version__}}
 
 
