@@ -169,8 +169,10 @@ def cmd_handoff(args) -> int:
         existing = (strip_header(node.entry.source()), node.entry.recipe())
     write_task(folder, spec, target, build_prompt(spec, target, comps), node.generate_components,
                node.generate_key, existing)
-    print(f"wrote {folder}: prompt.md, {('kernel.' + {'cuda': 'cu', 'hip': 'hip', 'cpp': 'cpp'}[target.language])}, "
-          f"launch.yaml; when done: regen accept {folder}")
+    from .generators import SOURCE_NAMES
+
+    print(f"wrote {folder}: prompt.md, {SOURCE_NAMES[target.language]}, launch.yaml; "
+          f"when done: regen accept {folder}")
     return 0
 
 
@@ -186,11 +188,9 @@ def cmd_accept(args) -> int:
 
 def cmd_verify(args) -> int:
     from . import build as building, plan as planning, report
-    from .verify import Settings
 
     project = _project(args)
-    ctx = _context(args, project)
-    ctx.settings = Settings(seeds=args.seeds, fixed_seed=args.seed, timeout_s=args.timeout)
+    ctx = _context(args, project)  # seeds, seed and timeout come from the arguments
     nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None)
     todo = []
     for n in nodes:
