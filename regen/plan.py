@@ -96,10 +96,20 @@ def plan_node(project, store: Store, spec, target, verify_components_fn=None) ->
         have = keys.portable(rec.get("verify", {}))
         have = {**have, "binary": ""}
         diffs = keys.differences(have, want)
-        if rec.get("compile", {}).get("toolchain") != ident:
+        if rec.get("compile", {}).get("toolchain") != ident and not same_binary(rec):
             diffs += keys.differences({"toolchain": rec.get("compile", {}).get("toolchain")},
                                       {"toolchain": ident})
         return diffs
+
+    def same_binary(rec: dict) -> bool:
+        """Early cutoff: this machine already compiled the entry with the current toolchain and
+        got the very binary the record verified."""
+        from .localcache import cache
+
+        ckey = keys.key(keys.compile_components(entry.source_digest, ident))
+        hit = cache().get(f"compile:{ckey}")
+        return bool(hit is not None and hit.ok
+                    and keys.digest(hit.binary) == rec.get("compile", {}).get("binary"))
 
     fresh = [(r, stale_reasons(r)) for r in records]
     if node.here:

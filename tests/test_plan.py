@@ -176,3 +176,16 @@ def test_oracle_change_that_now_fails_needs_regeneration(built, tmp_path):
     assert proc.returncode == 1
     assert "verify failed" in proc.stdout and "outside atol" in proc.stdout
     assert _plan(root)[("scale", "cpu")].action == planning.FAILED
+
+
+def test_new_toolchain_with_an_identical_binary_keeps_the_record(built, tmp_path):
+    root = tmp_path / "proj"
+    shutil.copytree(built, root)
+    # a define nothing reads: a different toolchain identity, the same machine code
+    target_flags(root, "cpu", random.Random(3))
+    assert _plan(root)[("scale", "cpu")].action == planning.RECOMPILE
+    proc = regen(root, "build", "scale", "--target", "cpu", "--generator", "none")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "identical binary" in proc.stdout
+    status = regen(root, "status", "scale", "--target", "cpu", check=True).stdout  # same local cache
+    assert "scale@cpu  up-to-date" in status, status
