@@ -60,7 +60,7 @@ def stub(spec, target) -> tuple[str, str]:
         lines.append("")
     args = [t.name for t in sig.inputs] + [t.name for t in sig.outputs] + syms + \
         [f"float32:{p.name}" if p.type == "float" else p.name for p in sig.params]
-    recipe = [f"launches:", f"  - kernel: {spec.name}_{{dtype}}"]
+    recipe = ["launches:", f"  - kernel: {spec.name}_{{dtype}}"]
     if lang in ("cuda", "hip"):
         first = syms[0] if syms else "1"
         recipe += [f"    grid: [\"{first}\", 1, 1]", "    block: [256, 1, 1]", "    shared_mem: 0"]
