@@ -78,6 +78,10 @@ def judge_timing(spec, target, case, timing: dict) -> dict:
     dev, wall = timing.get("device_s", []), timing.get("wall_s", [])
     out = {"median_s": median(dev), "wall_median_s": median(wall), "spread": spread(dev),
            "iters": len(dev), "ok": bool(dev)}
+    if "launch_exposed" in timing:
+        # samples whose host launch overhead reached the device timer even after the longest
+        # pre-launch stall (runtimes/events.py): they read slow, never fast
+        out["launch_exposed"], out["stall_s"] = timing["launch_exposed"], timing.get("stall_s")
     floor, bound = floor_seconds(spec, target, case)
     out["floor_s"], out["bound"] = floor, bound
     if not dev:

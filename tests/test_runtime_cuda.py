@@ -167,6 +167,7 @@ def test_timer_flush_and_fingerprint(runtime):
     runtime.synchronize()
     # 2**24 floats read and written: at most ~8 TB/s, so at least ~16 us.
     assert 8 * n / 10e12 < timer.seconds() < 1
+    assert timer.hidden() and timer.stall_seconds() > 100e-6
     runtime.flush_cache()
     assert runtime._flush_buffer.numel() >= 2 * runtime.l2_bytes()
     fp = runtime.fingerprint()
@@ -201,3 +202,35 @@ def test_illegal_address_raises_in_the_child(cubin):
                           text=True, timeout=120, env=env, cwd=REPO)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in done.stdout
+
+
+@pytest.mark.gpu
+def test_timer_keeps_host_launch_overhead_out(runtime):
+    """Host time spent enqueueing must not be timed: 3 ms of host work before a ~10 µs launch
+    shows up with a 200 µs stall (and hidden() says so), and vanishes once the stall outlasts it."""
+    import time
+
+    n = 1 << 20
+    x = torch.randn(n, device="cuda")
+    y = torch.empty_like(x)
+    launches = bind(parse_recipe(AXPB_RECIPE), {"n": n, "a": 1.0, "b": 0, "c": 0.0},
+                    {"x", "y"}, "float32")
+
+    def sample():
+        runtime.synchronize()
+        timer = runtime.timer()
+        timer.start()
+        time.sleep(3e-3)
+        runtime.launch(launches, {"x": x, "y": y})
+        timer.stop()
+        runtime.synchronize()
+        return timer.seconds(), timer.hidden()
+
+    runtime.stall.seconds = 200e-6
+    exposed, hidden = sample()
+    assert not hidden and exposed > 2e-3
+    while runtime.stall.seconds < 10e-3:
+        assert runtime.stall.lengthen()
+    seconds, hidden = sample()
+    assert hidden and seconds < 1e-3
+    runtime.stall.seconds = 200e-6

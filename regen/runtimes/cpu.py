@@ -30,6 +30,12 @@ class Timer:
     def seconds(self) -> float:
         return self._t1 - self._t0
 
+    def stall_seconds(self) -> float:
+        return 0.0
+
+    def hidden(self) -> bool:
+        return True  # host time: there is no launch gap to hide
+
 
 class Runtime:
     device = "cpu"

@@ -17,6 +17,7 @@ import torch
 from cuda.bindings import driver
 
 from ..recipe import BoundArg, BoundLaunch
+from .events import Stall, Timer
 
 DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
 
@@ -84,24 +85,6 @@ def _param_value(kernel: str, index: int, arg: BoundArg, buffers: dict):
 _PARAM_SIZES = {"tensor": 8, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
 
 
-class Timer:
-    """Device time between start() and stop() on torch's current stream (CUDA events)."""
-
-    def __init__(self):
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-
-    def start(self) -> None:
-        self._start.record()
-
-    def stop(self) -> None:
-        self._end.record()
-
-    def seconds(self) -> float:
-        self._end.synchronize()
-        return self._start.elapsed_time(self._end) / 1e3
-
-
 class Runtime:
     device = "cuda"
 
@@ -122,6 +105,7 @@ class Runtime:
         self._dynamic_shared: dict[str, int] = {}
         self._flush_buffer = None
         self._reset_persisting_l2 = True
+        self.stall = Stall()
 
     def _make_current(self) -> None:
         check(driver.cuCtxSetCurrent(self._context)[0], "cuCtxSetCurrent")
@@ -195,7 +179,7 @@ class Runtime:
         check(driver.cuCtxSynchronize()[0], "synchronize after kernel launches")
 
     def timer(self) -> Timer:
-        return Timer()
+        return Timer(self.stall)
 
     def l2_bytes(self) -> int:
         attribute = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from .events import Stall, Timer
+
 # recipe argument kind -> (struct format, size): sizes double as alignments in the kernarg segment
 ARG_FORMATS = {"tensor": ("<Q", 8), "int32": ("<i", 4), "int64": ("<q", 8),
                "float32": ("<f", 4), "float64": ("<d", 8)}
@@ -225,30 +227,6 @@ def _call(hip, what: str, fn, *args):
     return out[1] if len(out) == 2 else out[1:]
 
 
-class Timer:
-    """Device time between start() and stop() on torch's current stream (HIP events)."""
-
-    def __init__(self, runtime: "Runtime"):
-        self._runtime = runtime
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-        self._seconds: float | None = None
-
-    def start(self) -> None:
-        self._start.record()
-
-    def stop(self) -> float:
-        self._end.record()
-        self._runtime.synchronize()  # the whole device: work hidden on another stream is waited for
-        self._seconds = self._start.elapsed_time(self._end) / 1e3
-        return self._seconds
-
-    def seconds(self) -> float:
-        if self._seconds is None:
-            raise RuntimeError("timer read before stop()")
-        return self._seconds
-
-
 class Runtime:
     device = "cuda"
 
@@ -265,6 +243,7 @@ class Runtime:
         self._functions: dict[str, object] = {}
         self._flush_buffer = None
         self._flush_value = 0
+        self.stall = Stall()
 
     def function(self, name: str):
         if name not in self._functions:
@@ -307,7 +286,8 @@ class Runtime:
         torch.cuda.synchronize()
 
     def timer(self) -> Timer:
-        return Timer(self)
+        # stop() waits for the whole device: work hidden on another stream is waited for
+        return Timer(self.stall, self.synchronize)
 
     def flush_cache(self) -> None:
         """Evict L2 and the memory-side Infinity Cache by writing twice their size."""

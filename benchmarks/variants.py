@@ -1,0 +1,65 @@
+"""Time candidate implementations of one kernel side by side, before any of them is accepted.
+
+Each DIR holds what `regen handoff` writes (the kernel source + launch.yaml). Every candidate goes
+through the same path as `regen verify`: compile, resource checks, a child-process worker that
+checks the outputs of the benchmark cases and times them (L2 flushed, launch overhead kept out of
+the device timer). No baselines are timed, so a comparison of five variants takes seconds.
+
+    python benchmarks/variants.py rmsnorm --target h200 handoffs/rmsnorm@h200 /tmp/v1 /tmp/v2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from regen.build import Context, evaluate  # noqa: E402
+from regen.project import Project, find_root
+from regen.generators import SOURCE_NAMES
+from regen.store import Store
+from regen.verify import Settings
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("kernel")
+    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("--target", "-t", required=True)
+    ap.add_argument("--iters", type=int, default=30)
+    args = ap.parse_args()
+    project = Project(find_root(None))
+    spec, target = project.spec(args.kernel), project.target(args.target)
+    settings = Settings(seeds=1, bench=True, iters=args.iters, baselines=(), timeout_s=300)
+    ctx = Context(project, Store(project.cache_dir), settings=settings)
+    failed = 0
+    for folder in args.dirs:
+        source = next((folder / n for n in SOURCE_NAMES.values() if (folder / n).exists()), None)
+        if source is None:
+            print(f"{folder}: no kernel source ({', '.join(SOURCE_NAMES.values())})")
+            failed += 1
+            continue
+        stage, ok, feedback, compiled, _checks, outcome = evaluate(
+            ctx, spec, target, source.read_text(), (folder / "launch.yaml").read_text(), True,
+            settings, cases=spec.bench_cases())
+        if outcome is None or not outcome.bench:
+            print(f"{folder}: {stage} {'ok' if ok else 'FAILED'}: {str(feedback)[:400]}")
+            failed += not ok
+            continue
+        for row in outcome.bench:
+            frac = row.get("floor_fraction")
+            print(f"{folder}: {row['case']}: {row.get('median_s', 0) * 1e6:8.1f} us"
+                  + (f"  {frac:6.1%} of floor" if frac else "")
+                  + f"  spread {row.get('spread', 0):.1%}"
+                  + ("" if row.get("ok") else f"  FAILED: {row.get('reason')}"))
+        if not ok:
+            print(f"{folder}: FAILED: {str(feedback)[:400]}")
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
