@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
-#   usage (device): bash benchmarks/h200_run.sh [STEP ...]   steps: env ceilings verify tests
+#   usage (device): bash benchmarks/h200_run.sh [STEP ...]
+#   steps: env ceilings verify verify:K,.. each:K,.. bench variants:K pick:K tests
 # Carry .whl (pydantic, diskcache, the pinned CUDA header wheels, cuobjdump/nvdisasm).
 set -uo pipefail
 OUT=${OUT:-/tmp/regen-out}; mkdir -p "$OUT"
@@ -25,6 +26,17 @@ for step in $steps; do
         python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
           --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
       done ;;
+    bench) python3 -m regen.cli bench --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
+        --export "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
+    variants:*)  # variants:KERNEL runs benchmarks/variants.py on every folder under variants/KERNEL
+      k=${step#variants:}
+      python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
+    pick:*)  # pick:KERNEL accepts the fastest of variants/KERNEL/* as handoffs/KERNEL@h200
+      k=${step#pick:}
+      python3 -m regen.cli handoff "$k" --target h200 >/dev/null &&
+      python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* \
+        --pick-into handoffs/"$k"@h200 2>&1 | tee -a "$OUT/variants.log" &&
+      python3 -m regen.cli accept handoffs/"$k"@h200 --author "${REGEN_AUTHOR:?}" 2>&1 | tee -a "$OUT/variants.log" ;;
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu-tests.log" ;;
     *) echo "unknown step $step" ;;
   esac

@@ -11,6 +11,7 @@ the device timer). No baselines are timed, so a comparison of five variants take
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -30,12 +31,15 @@ def main() -> int:
     ap.add_argument("dirs", nargs="+", type=Path)
     ap.add_argument("--target", "-t", required=True)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--pick-into", type=Path, metavar="DIR",
+                    help="copy the source and launch.yaml of the fastest passing candidate (by its "
+                         "slowest benchmark case, as a fraction of the floor) into DIR")
     args = ap.parse_args()
     project = Project(find_root(None))
     spec, target = project.spec(args.kernel), project.target(args.target)
     settings = Settings(seeds=1, bench=True, iters=args.iters, baselines=(), timeout_s=300)
     ctx = Context(project, Store(project.cache_dir), settings=settings)
-    failed = 0
+    failed, scores = 0, {}
     for folder in args.dirs:
         source = next((folder / n for n in SOURCE_NAMES.values() if (folder / n).exists()), None)
         if source is None:
@@ -58,6 +62,18 @@ def main() -> int:
         if not ok:
             print(f"{folder}: FAILED: {str(feedback)[:400]}")
             failed += 1
+        elif all(r.get("floor_fraction") for r in outcome.bench):
+            scores[folder] = (min(r["floor_fraction"] for r in outcome.bench), source)
+    if args.pick_into is not None:
+        if not scores:
+            print("no candidate passed: nothing picked")
+            return 1
+        best = max(scores, key=lambda f: scores[f][0])
+        args.pick_into.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(scores[best][1], args.pick_into / scores[best][1].name)
+        shutil.copyfile(best / "launch.yaml", args.pick_into / "launch.yaml")
+        print(f"picked {best} ({scores[best][0]:.1%} of floor, slowest case) into {args.pick_into}")
+        return 0
     return 1 if failed else 0
 
 

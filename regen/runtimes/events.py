@@ -33,6 +33,12 @@ class Stall:
             self._cycles_per_s = 2_000_000 / max(a.elapsed_time(b) / 1e3, 1e-6)
         return max(1000, int(self.seconds * self._cycles_per_s))
 
+    def observe(self, cycles: int, seconds: float) -> None:
+        """Learn from a measured stall: SM clocks ramp up under load, so a calibration taken at an
+        idle clock overestimates how long a cycle lasts; the fastest rate seen wins."""
+        if seconds > 0 and self._cycles_per_s is not None:
+            self._cycles_per_s = max(self._cycles_per_s, cycles / seconds)
+
     def lengthen(self) -> bool:
         """Double the stall (up to 50 ms); False once it cannot grow."""
         if self.seconds >= 50e-3:
@@ -51,9 +57,10 @@ class Timer:
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self._host = (0.0, 0.0)
+        self._cycles = 0
 
     def start(self) -> None:
-        cycles = self._stall.cycles()
+        cycles = self._cycles = self._stall.cycles()
         h0 = time.perf_counter()
         self._marker.record()
         torch.cuda._sleep(cycles)
@@ -77,4 +84,6 @@ class Timer:
 
     def hidden(self) -> bool:
         """True when the launch was queued before the start event could fire."""
-        return self._host[1] - self._host[0] < self.stall_seconds()
+        stalled = self.stall_seconds()
+        self._stall.observe(self._cycles, stalled)
+        return self._host[1] - self._host[0] < stalled
