@@ -7,7 +7,8 @@ generate key: everything the generator is shown that defines the kernel: intent,
     artifact and regenerates only if it now fails (early cutoff).
 compile key: source digest, toolchain identity (tool, version, flags, arch).
 verify key: binary digest, recipe, oracle code digest, tolerances, cases, profile expectations and
-    peaks for this target, plus (on the verifying machine) hardware fingerprint and runtime versions.
+    peaks for this target, the judge's version, plus (on the verifying machine) hardware
+    fingerprint and runtime versions.
 
 Every cache entry and record stores its components, not only the hash, so `regen explain` can
 name exactly which component changed.
@@ -24,6 +25,14 @@ from .spec import Spec, normalise_prose, select
 from .target import Target
 
 PORTABLE_EXCLUDE = ("hardware", "runtime")  # verify components only the verifying machine knows
+
+# The verification method's version: bumped when a change to the worker or the timing guards can
+# change a verdict, so every record made by the old judge is verified again (like a new toolchain).
+#   1: the first judge.
+#   2: host launch overhead kept outside the GPU device timer (runtimes/events.py); before, a
+#      ~30-100 µs Python launch gap was timed with the kernel and torch.compile's guard checks with
+#      its baseline.
+JUDGE_VERSION = 2
 
 
 def canonical(value) -> str:
@@ -89,6 +98,7 @@ def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_dig
         "cases": [c.model_dump(mode="json") for c in spec.cases],
         "profile": profile_for(spec, target),
         "peaks": {k: v.model_dump() for k, v in sorted(target.peaks.items())},
+        "judge": JUDGE_VERSION,
     }
 
 
@@ -99,7 +109,12 @@ def add_machine(components: dict, fingerprint: dict) -> dict:
 
 
 def portable(components: dict) -> dict:
-    return {k: v for k, v in components.items() if k not in PORTABLE_EXCLUDE}
+    """The components any machine can recompute; a record older than the judge component was
+    made by judge 1."""
+    out = {k: v for k, v in components.items() if k not in PORTABLE_EXCLUDE}
+    if components and "judge" not in components:
+        out["judge"] = 1
+    return out
 
 
 # -- explaining differences ------------------------------------------------------------------
