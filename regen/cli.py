@@ -228,6 +228,33 @@ def cmd_verify(args) -> int:
     return 1 if any(r.status != "ok" for r in results) else 0
 
 
+def _bench_recorded(nodes, as_json: bool) -> int:
+    """The benchmark rows of the records that decide each node (the up-to-date one, or the failed
+    or stale one named in its reasons), with where and when they were measured."""
+    from . import plan as planning, report
+
+    rows, sources = [], []
+    for n in nodes:
+        rec = n.record
+        if not rec or not rec.get("bench"):
+            continue
+        where = planning.verified_where(rec)
+        state = "current" if n.action in (planning.UP_TO_DATE, planning.RECOMPILE, planning.FAILED) \
+            else f"stale: {'; '.join(n.reasons)}"
+        sources.append(f"{n.label}: {where} ({state})")
+        rows.extend({"kernel": n.kernel, "target": n.target, **b} for b in rec["bench"])
+    if as_json:
+        report.bench(rows, True)
+        return 0
+    if not rows:
+        print("no record with benchmark timings")
+        return 1
+    report.bench(rows, False)
+    print()
+    print("\n".join(sources))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from . import build as building, plan as planning, report
     from .verify import Settings
@@ -236,6 +263,8 @@ def cmd_bench(args) -> int:
     ctx = _context(args, project)
     ctx.settings = Settings(seeds=1, bench=True, iters=args.iters, timeout_s=args.timeout)
     nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None)
+    if args.recorded:
+        return _bench_recorded(nodes, args.json)
     rows = []
     results = []
     for n in nodes:
@@ -409,6 +438,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--iters", type=int, default=None)
     sp.add_argument("--timeout", type=float, default=900.0)
     sp.add_argument("--export", help="write records and the table to FILE")
+    sp.add_argument("--recorded", action="store_true",
+                    help="print the timings in the current records instead of timing here (no GPU needed)")
     sp.set_defaults(func=cmd_bench)
 
     sp = sub.add_parser("record", help="verification records")
