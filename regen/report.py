@@ -71,6 +71,9 @@ def bench(rows: list[dict], as_json: bool, out=sys.stdout) -> None:
             f"{c['check']} {c['value']}<{c['limit']}" for c in exp if c.get("ok") is False))
         if r.get("ok") is False:
             verdict = f"REJECTED: {r.get('reason')}"
+        if r.get("launch_exposed"):
+            # the time reads slow: host launch overhead reached the device timer (runtimes/events.py)
+            verdict += f"; {r['launch_exposed']} of {r.get('iters', '?')} samples timed launch overhead"
         table.append([r["kernel"], r["target"], r["case"],
                       f"{t * 1e6:.1f}" if t else "—",
                       f"{r['floor_s'] * 1e6:.1f}" if r.get("floor_s") else "—",
