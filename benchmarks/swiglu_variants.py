@@ -2,8 +2,12 @@
 
 swiglu is the one h200 kernel short of its spec (0.974x torch.compile at 102 % of the copy floor):
 these folders are the experiment, derived from the accepted handoffs/swiglu@h200 by one change
-each (threads per block, 16-byte vectors per thread, cache hints on loads and stores). Time them on
-the GPU with
+each (threads per block, 16-byte vectors per thread, cache hints, load and store width).
+a-f were timed on the H200 on 2026-12-02 (none beat torch.compile; streaming hints cost 4-7 %).
+Reading the SASS afterwards showed why the hinted stores looked different: the base's 16-byte
+store through `*reinterpret_cast<uint4*>(p) = ...` reaches SASS as four 32-bit STG.E per vector
+(8 per thread), while __stcs kept STG.E.EF.128. k-n keep the stores 16 bytes wide without the
+evict-first policy and are the next to time. Time them on the GPU with
 
     python benchmarks/swiglu_variants.py
     python benchmarks/variants.py swiglu --target h200 variants/swiglu/*
@@ -34,6 +38,12 @@ VARIANTS = {
     "h_128x1_weak": (128, 1, 16, "ptx", "plain", "Inductor's launch shape with weak coherent loads"),
     "i_stcs_only": (256, 2, 8, "ldg", "stcs", "streaming stores only"),
     "j_ldcs_only": (256, 2, 8, "ldcs", "plain", "streaming loads only"),
+    # the base's uint4 store through a reinterpret_cast reaches SASS as four 32-bit STG.E (found
+    # after the run above); the stores below stay 16 bytes wide
+    "k_stwb": (256, 2, 8, "ldg", "stwb", "16-byte stores kept whole (st.global.wb.v4: STG.E.128.STRONG.SM)"),
+    "l_st128": (256, 2, 8, "ldg", "ptx", "16-byte weak stores (st.global.v4.b32: STG.E.128)"),
+    "m_128x1_st128": (128, 1, 16, "ldg", "ptx", "Inductor's launch shape with 16-byte weak stores"),
+    "n_weak_st128": (256, 2, 8, "ptx", "ptx", "weak loads and weak 16-byte stores, as Triton emits"),
 }
 
 LOAD = {
@@ -61,6 +71,14 @@ STORES = (  # (plain text in the base, its streaming form)
      """    __stcs(reinterpret_cast<uint4*>(p), make_uint4(pack_two<T>(v[0], v[1]), pack_two<T>(v[2], v[3]),
                                                    pack_two<T>(v[4], v[5]), pack_two<T>(v[6], v[7])));"""),
 )
+# a weak 16-byte store, as st.global.v4.b32 (SASS STG.E.128); the CPU emulation takes the C++ branch
+PTX_STORE = """    const uint4 packed = {value};
+#ifdef __CUDA_ARCH__
+    asm volatile("st.global.v4.b32 [%0], {{%1, %2, %3, %4}};"
+                 :: "l"(p), "r"(packed.x), "r"(packed.y), "r"(packed.z), "r"(packed.w) : "memory");
+#else
+    *reinterpret_cast<uint4*>(p) = packed;
+#endif"""
 ENTRY = '''#define SWIGLU_ONE(KIND, SUFFIX, T, PACK, U)                                                      \\
   extern "C" __global__ void __launch_bounds__(256, 8) swiglu_##KIND##_##SUFFIX(                  \\
       const T* x, T* y, long long M, long long N) {                                              \\
@@ -75,9 +93,13 @@ def variant(source: str, recipe: str, threads: int, vectors: int, min_blocks: in
         return text.replace(old, new)
 
     source = swap(source, LOAD["ldg"], LOAD[load])
-    if store == "stcs":
+    if store in ("stcs", "stwb"):
         for plain, streaming in STORES:
-            source = swap(source, plain, streaming)
+            source = swap(source, plain, streaming.replace("__stcs", f"__{store}"))
+    if store == "ptx":
+        for plain, _ in STORES:
+            value = plain.split(" = ", 1)[1].rstrip(";")
+            source = swap(source, plain, PTX_STORE.format(value=value))
     source = swap(source, ENTRY, ENTRY.replace("SUFFIX, T, PACK, U)", "SUFFIX, T, PACK, U, G)")
                   .replace("__launch_bounds__(256, 8)", f"__launch_bounds__(G, {min_blocks})")
                   .replace("swiglu_tiles<T, PACK, U, 256>", "swiglu_tiles<T, PACK, U, G>"))

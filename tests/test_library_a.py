@@ -442,6 +442,7 @@ template <class T> inline void __stcs(T* p, T v) {
 }
 template <class T> inline void __stcg(T* p, T v) { __stcs(p, v); }
 template <class T> inline void __stwt(T* p, T v) { __stcs(p, v); }
+template <class T> inline void __stwb(T* p, T v) { __stcs(p, v); }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.b; }
 inline unsigned short __half_as_ushort(__half h) { return h.b; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short s) { return {s}; }
