@@ -30,7 +30,7 @@ PORTABLE_EXCLUDE = ("hardware", "runtime")  # verify components only the verifyi
 # change a verdict, so every record made by the old judge is verified again (like a new toolchain).
 #   1: the first judge.
 #   2: host launch overhead kept outside the GPU device timer (runtimes/events.py); before, a
-#      ~30-70 µs Python launch gap was timed with each H200 kernel, and ~60-110 µs of
+#      27-70 µs Python launch gap was timed with each H200 kernel, and 40-175 µs of
 #      torch.compile guard checks with its baseline.
 JUDGE_VERSION = 2
 
