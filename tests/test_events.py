@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason="the GPU timer module needs the torch extra")
 
 from regen.runtimes.events import Stall  # noqa: E402
 

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-cuda_runtime = pytest.importorskip("regen.runtimes.cuda")
+torch = pytest.importorskip("torch", reason="the CUDA runtime needs the torch extra")
+pytest.importorskip("cuda.bindings", reason="the CUDA runtime needs the cuda extra (cuda-bindings)")
+# with its dependencies present, the module must import: a broken import fails, never skips
+from regen.runtimes import cuda as cuda_runtime  # noqa: E402
 
 from regen.recipe import BoundArg, BoundLaunch, bind, parse_recipe  # noqa: E402
 from regen.target import load_target  # noqa: E402
