@@ -685,7 +685,6 @@ def test_emulation_catches_an_out_of_bounds_kernel(tmp_path):
     """The emulation is a real check: a kernel that reads one element past its row faults."""
     if platform.system() != "Linux" or platform.machine() != "x86_64" or not shutil.which("g++"):
         pytest.skip("the CUDA emulation needs Linux on x86-64 and g++")
-    import torch
     bad = (ROOT / "handoffs" / "swiglu@h200" / "kernel.cu").read_text().replace(
         "N - start));\n  const T* a", "N - start + 1));\n  const T* a")
     assert "N - start + 1" in bad
