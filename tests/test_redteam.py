@@ -106,10 +106,13 @@ def run_redteam(d: Path, target_name: str, tmp_path: Path, source_name: str):
     project, kernel = project_for(d, m, tmp_path)
     spec, target = project.spec(kernel), project.target(target_name)
     gpu = target.vendor != "host"
-    source = artifact_source(d / source_name)
+    # a control may name a committed implementation instead (`artifact: handoffs/K@T`): an honest
+    # kernel held to the spec's profile expectations must also be a fast one
+    folder = ROOT / m["artifact"] if "artifact" in m else d
+    source = artifact_source(folder / source_name)
     ctx = Context(project=project, store=None)
     stage, ok, feedback, _, _, outcome = evaluate(
-        ctx, spec, target, source, (d / "launch.yaml").read_text(), verify_here=True,
+        ctx, spec, target, source, (folder / "launch.yaml").read_text(), verify_here=True,
         settings=settings_for(m, gpu), cases=cases_for(m, spec, gpu))
     return m, stage, ok, feedback, outcome
 
