@@ -1,13 +1,21 @@
 """Write the swiglu@h200 variants that were timed against torch.compile into variants/swiglu/.
 
-swiglu is the one h200 kernel short of its spec (0.974x torch.compile at 102 % of the copy floor):
-these folders are the experiment, derived from the accepted handoffs/swiglu@h200 by one change
-each (threads per block, 16-byte vectors per thread, cache hints, load and store width).
-a-f were timed on the H200 on 2026-12-02 (none beat torch.compile; streaming hints cost 4-7 %).
-Reading the SASS afterwards showed why the hinted stores looked different: the base's 16-byte
-store through `*reinterpret_cast<uint4*>(p) = ...` reaches SASS as four 32-bit STG.E per vector
-(8 per thread), while __stcs kept STG.E.EF.128. k-n keep the stores 16 bytes wide without the
-evict-first policy and are the next to time. Time them on the GPU with
+swiglu was the one h200 kernel short of its spec (0.974x torch.compile at 102 % of the copy
+floor). These folders are the experiment: each is derived from the kernel accepted then
+(handoffs/swiglu@h200 at commit BASE_COMMIT) by one or two changes (threads per block, 16-byte
+vectors per thread, cache hints, load and store width). Times on the H200, 2026-12-02, bench case
+M32768 x N4096 bf16 (floor 191.6 us at 4.202 TB/s), median of 30 runs, two device calls:
+
+    a_base 188.1   b_hint 204.4   c_128x4_hint 202.5   d_512x1_hint 203.6   e_128x1 188.5
+    f_128x1_hint 196.6   g_weak 188.2   h_128x1_weak 187.7   i_stcs_only 184.6   j_ldcs_only 212.6
+    k_stwb 184.4   l_st128 184.3 / 184.3   m_128x1_st128 183.4 / 183.5   o_128x4_st128 183.9
+    p_512x2_st128 182.9   q_256x4_st128 183.0   r_128x1_l2pf 184.6   s_256x2_l2pf 185.8
+    (n_weak_st128 not timed: the first call ran out of time)
+
+The base's 16-byte store through `*reinterpret_cast<uint4*>(p) = ...` reached SASS as four 32-bit
+STG.E per vector; every variant that keeps it 16 bytes wide (STG.E.128, k-s) gains 2-2.5 %.
+Streaming (evict-first) loads cost 4-13 %. p was accepted: `regen verify` timed it at 183.2 us
+against torch.compile's 183.0 us in the same run (0.999x: parity, not a win). Reproduce with
 
     python benchmarks/swiglu_variants.py
     python benchmarks/variants.py swiglu --target h200 variants/swiglu/*
@@ -19,10 +27,12 @@ Each folder passes tests/test_library_a.py's CUDA emulation (REGEN_TRY_SWIGLU=va
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BASE = REPO / "handoffs" / "swiglu@h200"
+BASE = "handoffs/swiglu@h200"
+BASE_COMMIT = "cb81427"  # the last commit with the kernel these variants were derived from
 OUT = REPO / "variants" / "swiglu"
 
 # name: (threads per block, 16-byte vectors of a and of b per thread, minimum blocks per SM for
@@ -44,6 +54,11 @@ VARIANTS = {
     "l_st128": (256, 2, 8, "ldg", "ptx", "16-byte weak stores (st.global.v4.b32: STG.E.128)"),
     "m_128x1_st128": (128, 1, 16, "ldg", "ptx", "Inductor's launch shape with 16-byte weak stores"),
     "n_weak_st128": (256, 2, 8, "ptx", "ptx", "weak loads and weak 16-byte stores, as Triton emits"),
+    "o_128x4_st128": (128, 4, 8, "ldg", "ptx", "4 vectors of a and b in flight per thread, 16-byte weak stores"),
+    "p_512x2_st128": (512, 2, 4, "ldg", "ptx", "512 threads, 16-byte weak stores"),
+    "q_256x4_st128": (256, 4, 4, "ldg", "ptx", "tiles of 16 KiB (4 vectors each), 16-byte weak stores"),
+    "r_128x1_l2pf": (128, 1, 16, "l2pf", "ptx", "Inductor's launch shape, 16-byte stores, loads asking L2 for 256-byte fetches"),
+    "s_256x2_l2pf": (256, 2, 8, "l2pf", "ptx", "16-byte stores, loads asking L2 for 256-byte fetches"),
 }
 
 LOAD = {
@@ -61,6 +76,7 @@ LOAD = {
     return *reinterpret_cast<const uint4*>(p);
 #endif""",
 }
+LOAD["l2pf"] = LOAD["ptx"].replace('ld.global.v4.u32', 'ld.global.nc.L2::256B.v4.u32')
 STORES = (  # (plain text in the base, its streaming form)
     ("""    *reinterpret_cast<uint4*>(p) = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]),
                                               __float_as_uint(v[2]), __float_as_uint(v[3]));""",
@@ -113,8 +129,13 @@ def variant(source: str, recipe: str, threads: int, vectors: int, min_blocks: in
     return source, recipe
 
 
+def _at_base(path: str) -> str:
+    return subprocess.run(["git", "show", f"{BASE_COMMIT}:{path}"], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout
+
+
 def main() -> None:
-    source, recipe = (BASE / "kernel.cu").read_text(), (BASE / "launch.yaml").read_text()
+    source, recipe = (_at_base(f"{BASE}/{name}") for name in ("kernel.cu", "launch.yaml"))
     shutil.rmtree(OUT, ignore_errors=True)
     for name, (threads, vectors, min_blocks, load, store, what) in VARIANTS.items():
         folder = OUT / name
