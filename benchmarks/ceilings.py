@@ -1,5 +1,7 @@
 """Measure the two ceilings of a GPU (METHOD.md): device-to-device copy bandwidth (bytes read +
-written) and a bf16 GEMM rate through cuBLAS, on random data, median of timed repeats.
+written) and a bf16 GEMM rate through cuBLAS, on random data, median of timed repeats. Also the
+bandwidth of other read:write mixes (read only, 2:1 as in swiglu or any binary elementwise op),
+because HBM serves them at different rates than a copy and the floors use the copy rate.
 
     python benchmarks/ceilings.py        # on the GPU machine; prints one line per ceiling
 """
@@ -51,7 +53,15 @@ def main() -> None:
             ts.append(a.elapsed_time(b) / 1e3)
         t = statistics.median(ts)
         print(f"copy 256 MiB after flush={name}: {2 * 2**28 / t / 1e12:.3f} TB/s")
-    del src, dst, flush, small, small_dst
+    # other read:write mixes, each far beyond L2: a read-only reduction, and 2 reads per write
+    t = timed(lambda: src.sum())
+    print(f"read only (sum): {n / t / 1e12:.3f} TB/s ({n / 2**30:.0f} GiB read, median of 20)")
+    half = src[: src.numel() // 2]
+    other, out = torch.randn_like(half), torch.empty_like(half)
+    t = timed(lambda: torch.add(half, other, out=out))
+    print(f"2 reads : 1 write (add): {3 * half.numel() * 4 / t / 1e12:.3f} TB/s "
+          f"({3 * half.numel() * 4 / 2**30:.0f} GiB moved, median of 20)")
+    del src, dst, flush, small, small_dst, half, other, out
     m = 8192
     a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)

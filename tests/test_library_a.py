@@ -115,7 +115,8 @@ def test_spec_loads_with_goals_and_oracle_is_well_formed(kernel):
     assert len(bench) == 1, f"the issue's bench case {shape} {dtype} is missing"
     assert spec.case_bytes(bench[0]) / 4.27e12 == pytest.approx(floor, rel=2e-3)
     assert spec.profile.floor_fraction == {"h200": goal}
-    assert spec.profile.speedup == {"torch_compile": 1.0}
+    # swiglu: torch.compile already runs at the HBM limit there; parity within 2 % (see the spec)
+    assert spec.profile.speedup == {"torch_compile": 0.98 if kernel == "swiglu" else 1.0}
     assert spec.profile.max_spills.get("nvidia") == 0
     dtypes = {c.dtype or spec.signature.dtypes[0] for c in spec.correctness_cases()}
     assert dtypes == set(DTYPES) == set(spec.signature.dtypes)
