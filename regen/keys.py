@@ -33,6 +33,14 @@ PORTABLE_EXCLUDE = ("hardware", "runtime")  # verify components only the verifyi
 #      27-70 µs Python launch gap was timed with each H200 kernel, and 40-175 µs of
 #      torch.compile guard checks with its baseline.
 JUDGE_VERSION = 2
+# Host (C++) artifacts have a judge of their own since they left the worker's process:
+#   3: host artifacts run in a process of their own (runtimes/host_exec.py), buffers staged
+#      through a shared arena; their time is the call's round trip less an empty one's.
+HOST_JUDGE_VERSION = 3
+
+
+def judge_version(target: Target) -> int:
+    return HOST_JUDGE_VERSION if target.vendor == "host" else JUDGE_VERSION
 
 
 def canonical(value) -> str:
@@ -98,7 +106,7 @@ def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_dig
         "cases": [c.model_dump(mode="json") for c in spec.cases],
         "profile": profile_for(spec, target),
         "peaks": {k: v.model_dump() for k, v in sorted(target.peaks.items())},
-        "judge": JUDGE_VERSION,
+        "judge": judge_version(target),
     }
 
 

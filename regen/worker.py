@@ -239,17 +239,26 @@ class Harness:
             if any(i.startswith(("GOMP_", "omp_")) for i in imports):
                 self.omp_pool = _omp_threads() - 1
         self.runtime_class = runtime_class
+        # host code runs in a process of its own (runtimes/cpu.py) unless a runtime says otherwise:
+        # then the audit window has nothing to watch here, and threads are counted in that process
+        self.in_process = self.host_code and getattr(runtime_class, "in_process", True)
         self.integrity = _integrity_snapshot(runtime_class)
         self.tids_allowed = _thread_ids()
         self.pool_settled = False
         with self._watch(allowed=("ctypes.dlopen",)):  # load-time constructors run in here
             self.runtime = runtime_class(job["binary"])
+        if self.host_code and not self.in_process:
+            self.tids_allowed = self.runtime.threads_before_load
         self._check_integrity()
         self.device = self.runtime.device
 
     # -- guards around every launch of the artifact ----------------------------------------
+    def artifact_threads(self) -> set[int]:
+        """Thread ids of the process the artifact's code runs in."""
+        return _thread_ids() if self.in_process or not self.host_code else self.runtime.thread_ids()
+
     def _watch(self, allowed=()):
-        if self.host_code and _AUDIT is not None:
+        if self.in_process and _AUDIT is not None:
             return _AUDIT.window(allowed)
         return _nowatch()
 
@@ -272,14 +281,15 @@ class Harness:
         self._check_integrity()
         if not self.host_code:
             return  # device code cannot start host threads; the driver's own are not its doing
-        new = _thread_ids() - self.tids_allowed
+        self._check_late_writes()
+        new = self.artifact_threads() - self.tids_allowed
         if not self.pool_settled:
             if len(new) > self.omp_pool:
                 raise Rejected("threads", f"{len(new)} new thread(s) running right after the first "
                                f"launch returned; an OpenMP pool accounts for at most "
                                f"{self.omp_pool} here (work left running in the background)")
             time.sleep(0.02)
-            gone = new - _thread_ids()
+            gone = new - self.artifact_threads()
             if gone:
                 raise Rejected("threads", f"{len(gone)} thread(s) started by the launch were still "
                                "running after it returned and exited later (background work)")
@@ -288,6 +298,12 @@ class Harness:
         elif new:
             raise Rejected("threads", f"{len(new)} new thread(s) running right after the launch "
                            "returned (work left running in the background)")
+
+    def _check_late_writes(self) -> None:
+        late = self.runtime.late_writes() if hasattr(self.runtime, "late_writes") else []
+        if late:
+            raise Rejected("late-writes", f"buffer(s) {', '.join(map(repr, late))} changed after "
+                           "the call returned (work left running in the background)")
 
     # -- buffers -----------------------------------------------------------------------
     def case_view(self, case):
@@ -485,7 +501,9 @@ class Harness:
                 return {"ok": False, "guard": "late-writes",
                         "reason": f"output {k!r} changed after the launch returned and the device "
                                   "was synchronised (background work)"}
-        new = _thread_ids() - self.tids_allowed if self.host_code else set()
+        if self.host_code:
+            self._check_late_writes()
+        new = self.artifact_threads() - self.tids_allowed if self.host_code else set()
         if new:
             return {"ok": False, "guard": "threads",
                     "reason": f"{len(new)} new thread(s) running after the launches returned "
@@ -737,18 +755,19 @@ def run(job: dict) -> dict:
                 for mode in t.get("baselines", []):
                     entry.setdefault("baselines", {})[mode] = harness.time_baseline(
                         case, item["time_seeds"], t["iters"], t["warmup"], mode)
-                if t.get("baselines") and harness.host_code:
+                if t.get("baselines") and harness.in_process:
                     harness.tids_allowed |= _thread_ids()  # torch's (compile) threads, not the artifact's
         except OracleError as exc:
             entry.update({"ok": False, "guard": "oracle", "reason": f"oracle error: {exc}"})
         except Rejected as r:
             entry.update({"ok": False, "guard": r.guard, "reason": r.reason})
         except Exception as exc:  # noqa: BLE001 - the candidate crashed; report, do not die
-            entry.update({"ok": False, "guard": "crash",
+            entry.update({"ok": False, "guard": getattr(exc, "guard", "crash"),
                           "reason": f"{type(exc).__name__}: {exc}"[:2000],
                           "traceback": traceback.format_exc()[-2000:]})
             out["cases"].append(entry)
-            if "CUDA_ERROR" in str(exc) or "illegal" in str(exc).lower():
+            if "CUDA_ERROR" in str(exc) or "illegal" in str(exc).lower() \
+                    or any(c.__name__ == "ArtifactDied" for c in type(exc).__mro__):
                 break  # the context is dead: later cases would fail for the wrong reason
             continue
         out["cases"].append(entry)

@@ -1,16 +1,23 @@
-"""Host runtime (child side): call an artifact's extern "C" functions on CPU tensors via ctypes."""
+"""Host runtime (child side): call an artifact's extern "C" functions on CPU tensors, in a process
+of the artifact's own (runtimes/host_exec.py)."""
 
 from __future__ import annotations
 
 import ctypes
+import json
+import mmap
 import os
 import platform
+import signal
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-_CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "float32": ctypes.c_float,
-           "float64": ctypes.c_double}
+PYTHON_API_STATUS = 86  # host_exec.py's exit status when its audit tripwire fires
 
 
 def cpu_fingerprint() -> dict:
@@ -21,61 +28,209 @@ def cpu_fingerprint() -> dict:
 
 
 class Timer:
+    """The artifact's own time: the round trips of its calls, measured here (the judge's side)
+    around the request and its reply. That includes one round trip of the control channel (an empty
+    one takes 45-85 us on a 2-core machine: `empty_round_trip_s`), which is not subtracted: a
+    sample may overstate a tiny kernel but never understates one, so the physical-floor guard
+    cannot misfire. Staging copies are outside it. Work that makes no call (a torch baseline, run
+    here) is timed by the wall clock."""
+
+    def __init__(self, runtime: "Runtime"):
+        self._runtime = runtime
+
     def start(self):
+        self._runtime.call_s, self._runtime.calls, self._runtime.staging_s = 0.0, 0, 0.0
         self._t0 = time.perf_counter()
 
     def stop(self):
-        self._t1 = time.perf_counter()
+        wall = time.perf_counter() - self._t0
+        self._seconds = self._runtime.call_s if self._runtime.calls else wall
 
     def seconds(self) -> float:
-        return self._t1 - self._t0
+        return self._seconds
 
     def stall_seconds(self) -> float:
-        return 0.0
+        """The judge's own work inside the timed interval (staging copies, cache flush, snapshot),
+        which the worker takes out of the wall time it compares with this timer."""
+        return self._runtime.staging_s
 
     def hidden(self) -> bool:
         return True  # host time: there is no launch gap to hide
 
 
+class ArtifactDied(RuntimeError):
+    """The artifact's process is gone (a crash in the artifact): later cases cannot run. `guard`
+    names the guard the worker reports."""
+
+    guard = "crash"
+
+
+class PythonAPIUsed(ArtifactDied):
+    guard = "python-api"
+
+
 class Runtime:
+    """Runs a host artifact in its own process (runtimes/host_exec.py), never in the judge's.
+
+    Buffers are staged through a shared arena (a memfd both processes map): before a launch the
+    judge copies every tensor argument in, after it copies them back and keeps a snapshot, so a
+    write that lands after the reply (background work) shows as a difference (late_writes())."""
+
     device = "cpu"
+    in_process = False
 
     def __init__(self, binary_path: str):
-        self.lib = ctypes.CDLL(os.path.abspath(binary_path), mode=ctypes.RTLD_LOCAL)
-        self._funcs: dict[str, object] = {}
-        self._flush = None
+        self.call_s, self.calls, self.staging_s = 0.0, 0, 0.0
+        self._flush, self._flush_byte = None, 0
+        self._flush_next = False
+        self._arena_fd = os.memfd_create("regen-arena", os.MFD_CLOEXEC)
+        self._size, self._map, self._bytes = 0, None, None
+        self._staged: list[tuple[str, int, int]] = []  # (buffer name, offset, bytes) of the last launch
+        self._after = None
+        ours, theirs = socket.socketpair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(Path(__file__).with_name("host_exec.py")),
+             str(theirs.fileno()), str(self._arena_fd)],
+            pass_fds=(theirs.fileno(), self._arena_fd), stdin=subprocess.DEVNULL)
+        theirs.close()
+        self._sock = ours
+        self._reader, self._writer = ours.makefile("rb"), ours.makefile("wb")
+        if self._reply() != "hello":
+            raise ArtifactDied("the artifact's process did not start")
+        self.threads_before_load = self.thread_ids()
+        self._request({"op": "load", "path": os.path.abspath(binary_path)}, expect="ready")
+        self.empty_round_trip_s = min(self._round_trip({"op": "ping"}) for _ in range(20))
 
-    def _func(self, name: str):
-        if name not in self._funcs:
-            try:
-                fn = getattr(self.lib, name)
-            except AttributeError:
-                raise RuntimeError(f"kernel {name!r} is not exported by the artifact "
-                                   "(missing extern \"C\"?)") from None
-            fn.restype = None
-            self._funcs[name] = fn
-        return self._funcs[name]
+    # -- the control channel ----------------------------------------------------------------
+    def _reply(self) -> str:
+        line = self._reader.readline()
+        if not line:
+            code = self.proc.wait()
+            if code == PYTHON_API_STATUS:
+                raise PythonAPIUsed("the host artifact reached the Python interpreter through its C "
+                                    "API while it ran (an audit event fired in its process)")
+            why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            raise ArtifactDied(f"the artifact's process died ({why})")
+        return line.decode().rstrip("\n")
 
+    def _send(self, msg: dict) -> None:
+        try:
+            self._writer.write(json.dumps(msg).encode() + b"\n")
+            self._writer.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self._reply()  # raises ArtifactDied with the exit status
+            raise
+
+    def _request(self, msg: dict, expect: str = "ok") -> None:
+        self._send(msg)
+        answer = self._reply()
+        if answer != expect:
+            raise RuntimeError(answer[4:] if answer.startswith("err ") else f"unexpected {answer!r}")
+
+    def _round_trip(self, msg: dict) -> float:
+        t0 = time.perf_counter()
+        self._request(msg)
+        return time.perf_counter() - t0
+
+    def _reserve(self, size: int) -> None:
+        if size <= self._size:
+            return
+        size = max(size, 2 * self._size, 1 << 20)
+        os.ftruncate(self._arena_fd, size)
+        self._bytes = None
+        self._map = mmap.mmap(self._arena_fd, size)
+        self._bytes = torch.frombuffer(self._map, dtype=torch.uint8)
+        self._size = size
+        self._request({"op": "map", "size": size})
+
+    # -- the runtime interface ----------------------------------------------------------------
     def launch(self, launches, buffers) -> None:
+        entered = time.perf_counter()
+        placed: dict[tuple[int, int], int] = {}  # (address, bytes) -> arena offset
+        staged, calls, end = [], [], 0
         for launch in launches:
             args = []
             for arg in launch.args:
-                if arg.kind == "tensor":
-                    args.append(ctypes.c_void_p(buffers[arg.value].data_ptr()))
-                else:
-                    args.append(_CTYPES[arg.kind](arg.value))
-            self._func(launch.kernel)(*args)
+                if arg.kind != "tensor":
+                    args.append([arg.kind, arg.value])
+                    continue
+                t = buffers[arg.value]
+                if not t.is_contiguous():
+                    raise RuntimeError(f"buffer {arg.value!r} is not contiguous")
+                where = (t.data_ptr(), t.nbytes)
+                if where not in placed:
+                    placed[where] = end
+                    staged.append((arg.value, end, t.nbytes))
+                    end += (t.nbytes + 63) // 64 * 64
+                args.append(["ptr", placed[where]])
+            calls.append([launch.kernel, args])
+        _check_disjoint(placed)
+        self._staged, self._after = [], None  # the arena is about to hold this launch's buffers
+        self._reserve(max(end, 64))
+        # single-threaded copies and flush (ctypes.memmove/memset): torch's parallel ops would
+        # leave its pool threads spinning on the cores the artifact's call is about to use
+        base = self._bytes.data_ptr()
+        for name, off, n in staged:
+            if n:
+                ctypes.memmove(base + off, buffers[name].data_ptr(), n)
+        if self._flush_next:  # after staging, which warmed the caches with every buffer
+            self._flush_caches()
+            self._flush_next = False
+        trip = self._round_trip({"op": "run", "calls": calls})
+        self.call_s += trip
+        self.calls += 1
+        for name, off, n in staged:
+            if n:
+                ctypes.memmove(buffers[name].data_ptr(), base + off, n)
+        self._staged = staged
+        self._after = self._bytes[:end].clone()
+        self.staging_s += time.perf_counter() - entered - trip
+
+    def late_writes(self) -> list[str]:
+        """Buffers of the last launch whose arena bytes changed after its reply."""
+        if self._after is None:
+            return []
+        return [name for name, off, n in self._staged
+                if n and not torch.equal(self._bytes[off:off + n], self._after[off:off + n])]
+
+    def thread_ids(self) -> set[int]:
+        """The artifact process's kernel thread ids, as the kernel reports them."""
+        try:
+            return {int(t) for t in os.listdir(f"/proc/{self.proc.pid}/task")}
+        except OSError:
+            return set()
 
     def synchronize(self) -> None:
-        pass  # host calls are synchronous; background threads are caught by the worker
+        pass  # calls are synchronous; late writes and stray threads are checked by the worker
 
     def timer(self) -> Timer:
-        return Timer()
+        return Timer(self)
 
     def flush_cache(self) -> None:
+        """Deferred to the next launch, after its buffers are staged (which would warm them)."""
+        self._flush_next = True
+
+    def _flush_caches(self) -> None:
         if self._flush is None:
-            self._flush = torch.empty(64 * 2**20, dtype=torch.uint8)
-        self._flush.add_(1)
+            self._flush = (ctypes.c_char * (64 * 2**20))()
+        self._flush_byte = (self._flush_byte + 1) & 0xFF
+        ctypes.memset(self._flush, self._flush_byte, len(self._flush))
 
     def fingerprint(self) -> dict:
         return cpu_fingerprint()
+
+    def close(self) -> None:
+        for f in (self._writer, self._reader, self._sock):
+            f.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _check_disjoint(placed: dict) -> None:
+    """Distinct buffers must not overlap: each is staged on its own, so aliasing would be lost."""
+    spans = sorted((addr, addr + n) for (addr, n) in placed if n)
+    for (a0, a1), (b0, _b1) in zip(spans, spans[1:]):
+        if b0 < a1:
+            raise RuntimeError("two buffers of one launch overlap in memory without being the same")

@@ -1,6 +1,7 @@
 // Shared by the result-forging red-team kernels: find the verifier's job file through
 // /proc/self/cmdline and write a result that says every case passed, with system calls made
 // through escape.h's gadget (no file API imported).
+#include <cstdio>
 #include "escape.h"
 
 namespace forge {
@@ -10,10 +11,11 @@ inline long read_(long fd, char* buf, long n) { return esc::sys(0, fd, (long)buf
 inline long write_(long fd, const char* buf, long n) { return esc::sys(1, fd, (long)buf, n); }
 inline void close_(long fd) { esc::sys(3, fd); }
 
-// The directory of the job file (the last argument of `python -m regen.worker JOB`).
-inline bool job_dir(char* dir, size_t size) {
+// The directory of the job file (the last argument of `python -m regen.worker JOB`), read from
+// this process's command line or, where the artifact runs in a process of its own, its parent's.
+inline bool job_dir_of(const char* cmdline, char* dir, size_t size) {
   static char cmd[4096];
-  long fd = open_("/proc/self/cmdline", 0);
+  long fd = open_(cmdline, 0);
   if (fd < 0) return false;
   long n = read_(fd, cmd, sizeof cmd - 1);
   close_(fd);
@@ -26,6 +28,13 @@ inline bool job_dir(char* dir, size_t size) {
   std::memcpy(dir, last, len);
   dir[len] = 0;
   return true;
+}
+
+inline bool job_dir(char* dir, size_t size) {
+  if (job_dir_of("/proc/self/cmdline", dir, size)) return true;
+  char parent[64];
+  std::snprintf(parent, sizeof parent, "/proc/%ld/cmdline", esc::sys(110));  // getppid
+  return job_dir_of(parent, dir, size);
 }
 
 inline int count_cases(const char* dir) {
