@@ -35,7 +35,7 @@ PORTABLE_EXCLUDE = ("hardware", "runtime")  # verify components only the verifyi
 JUDGE_VERSION = 2
 # Host (C++) artifacts have a judge of their own since they left the worker's process:
 #   3: host artifacts run in a process of their own (runtimes/host_exec.py), buffers staged
-#      through a shared arena; their time is the call's round trip less an empty one's.
+#      through a shared arena; a call lasts until that process waits for the next request.
 HOST_JUDGE_VERSION = 3
 
 

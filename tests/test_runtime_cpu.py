@@ -14,13 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the host runtime stages torch tensors")
 
-from regen.runtimes.cpu import ArtifactDied, PythonAPIUsed, Runtime  # noqa: E402
+from regen.runtimes.cpu import ArtifactDied, ControlChannelForged, PythonAPIUsed, Runtime  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the test objects")
 
 SOURCE = r"""
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cstdint>
 extern "C" {
@@ -39,6 +40,14 @@ void run_python(float*) {  // ctypes released the GIL for this call: take it, as
   release(state);
 }
 void pid_into(int64_t* out) { out[0] = getpid(); }
+void reply_early(float* y) {  // a forged "ok" on the control socket, then the real work
+  for (int fd = 3; fd < 64; ++fd) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) write(fd, "ok\n", 3);
+  }
+  usleep(100000);
+  y[0] = 1.0f;
+}
 }
 """
 
@@ -112,6 +121,17 @@ def test_reaching_the_interpreter_trips_the_python_api_guard(artifact):
     with pytest.raises(PythonAPIUsed) as err:
         rt.launch([call("run_python", "y")], {"y": torch.zeros(4)})
     assert err.value.guard == "python-api"
+
+
+def test_a_forged_early_reply_is_caught(artifact):
+    rt = Runtime(artifact)
+    timer = rt.timer()
+    timer.start()
+    with pytest.raises(ControlChannelForged) as err:
+        rt.launch([call("reply_early", "y")], {"y": torch.zeros(4)})
+    assert err.value.guard == "result-integrity"
+    assert rt.call_s == 0.0  # the call never completed as a call
+    rt.close()
 
 
 def test_an_unknown_kernel_is_a_clear_error_and_the_process_lives_on(artifact):

@@ -69,6 +69,12 @@ class PythonAPIUsed(ArtifactDied):
     guard = "python-api"
 
 
+class ControlChannelForged(ArtifactDied):
+    """The artifact wrote to its process's control channel (a forged reply)."""
+
+    guard = "result-integrity"
+
+
 class Runtime:
     """Runs a host artifact in its own process (runtimes/host_exec.py), never in the judge's.
 
@@ -92,9 +98,9 @@ class Runtime:
             [sys.executable, "-I", "-S", str(Path(__file__).with_name("host_exec.py")),
              str(theirs.fileno()), str(self._arena_fd)],
             pass_fds=(theirs.fileno(), self._arena_fd), stdin=subprocess.DEVNULL)
+        self._child_fd = theirs.fileno()  # pass_fds keeps the number in the child
         theirs.close()
-        self._sock = ours
-        self._reader, self._writer = ours.makefile("rb"), ours.makefile("wb")
+        self._sock, self._pending = ours, b""
         if self._reply() != "hello":
             raise ArtifactDied("the artifact's process did not start")
         self.threads_before_load = self.thread_ids()
@@ -103,20 +109,24 @@ class Runtime:
 
     # -- the control channel ----------------------------------------------------------------
     def _reply(self) -> str:
-        line = self._reader.readline()
-        if not line:
+        while b"\n" not in self._pending:
+            chunk = self._sock.recv(1 << 16)
+            if not chunk:
+                break
+            self._pending += chunk
+        line, sep, self._pending = self._pending.partition(b"\n")
+        if not sep:
             code = self.proc.wait()
             if code == PYTHON_API_STATUS:
                 raise PythonAPIUsed("the host artifact reached the Python interpreter through its C "
                                     "API while it ran (an audit event fired in its process)")
             why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
             raise ArtifactDied(f"the artifact's process died ({why})")
-        return line.decode().rstrip("\n")
+        return line.decode()
 
     def _send(self, msg: dict) -> None:
         try:
-            self._writer.write(json.dumps(msg).encode() + b"\n")
-            self._writer.flush()
+            self._sock.sendall(json.dumps(msg).encode() + b"\n")
         except (BrokenPipeError, ConnectionResetError):
             self._reply()  # raises ArtifactDied with the exit status
             raise
@@ -128,10 +138,40 @@ class Runtime:
             raise RuntimeError(answer[4:] if answer.startswith("err ") else f"unexpected {answer!r}")
 
     def _round_trip(self, msg: dict) -> float:
+        """Seconds from the request until the artifact's process waits for the next one: a reply
+        is not enough, since the artifact could write one early on the control channel and go on
+        working in its own thread."""
         t0 = time.perf_counter()
         self._request(msg)
-        return time.perf_counter() - t0
+        self._wait_idle()
+        t1 = time.perf_counter()
+        if self._pending or self._unread():
+            raise ControlChannelForged("the artifact wrote to its process's control channel: a reply "
+                                       "the judge did not ask for (forged completion)")
+        return t1 - t0
 
+    def _wait_idle(self) -> None:
+        """Until the process's main thread is blocked reading the control socket (Linux
+        /proc/PID/syscall: its system call's first argument is that descriptor). Where the file
+        cannot be read (no ptrace access), the reply alone ends the call."""
+        want = hex(self._child_fd)
+        while True:
+            try:
+                with open(f"/proc/{self.proc.pid}/syscall") as f:
+                    fields = f.read().split()
+            except OSError:
+                return
+            if len(fields) > 1 and fields[0] != "running" and fields[1] == want:
+                return
+            if self.proc.poll() is not None:
+                return  # gone: the next request reports how
+            time.sleep(20e-6)  # yield the core: on a small machine the process needs it to get there
+
+    def _unread(self) -> bool:
+        try:
+            return bool(self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            return False
     def _reserve(self, size: int) -> None:
         if size <= self._size:
             return
@@ -220,8 +260,7 @@ class Runtime:
         return cpu_fingerprint()
 
     def close(self) -> None:
-        for f in (self._writer, self._reader, self._sock):
-            f.close()
+        self._sock.close()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
