@@ -20,8 +20,13 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ t
 
 SOURCE = r"""
 #include <dlfcn.h>
+#include <csignal>
 #include <pthread.h>
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <cstdint>
 extern "C" {
@@ -40,6 +45,16 @@ void run_python(float*) {  // ctypes released the GIL for this call: take it, as
   release(state);
 }
 void pid_into(int64_t* out) { out[0] = getpid(); }
+void escapes(int64_t* out) {  // what the seccomp filter refuses (and one thing it allows)
+  out[0] = open("/tmp/regen-escape-test", O_WRONLY | O_CREAT, 0644) < 0 ? errno : 0;
+  out[1] = fork() < 0 ? errno : 0;
+  out[2] = ptrace(PTRACE_ATTACH, getppid(), nullptr, nullptr) < 0 ? errno : 0;
+  out[3] = kill(getppid(), 0) < 0 ? errno : 0;
+  out[4] = syscall(SYS_process_vm_readv, getppid(), nullptr, 0, nullptr, 0, 0) < 0 ? errno : 0;
+  int fd = open("/proc/self/status", O_RDONLY);
+  out[5] = fd < 0 ? errno : 0;
+  if (fd >= 0) close(fd);
+}
 void reply_early(float* y) {  // a forged "ok" on the control socket, then the real work
   for (int fd = 3; fd < 64; ++fd) {
     struct stat st;
@@ -121,6 +136,18 @@ def test_reaching_the_interpreter_trips_the_python_api_guard(artifact):
     with pytest.raises(PythonAPIUsed) as err:
         rt.launch([call("run_python", "y")], {"y": torch.zeros(4)})
     assert err.value.guard == "python-api"
+
+
+def test_the_artifacts_process_cannot_reach_past_itself(artifact):
+    rt = Runtime(artifact)
+    if rt.confinement != "seccomp":
+        pytest.skip(f"no seccomp filter here: {rt.confinement}")
+    out = torch.full((6,), -1, dtype=torch.int64)
+    rt.launch([call("escapes", "out")], {"out": out})
+    eperm = 1
+    assert out.tolist() == [eperm, eperm, eperm, eperm, eperm, 0], out.tolist()
+    assert not os.path.exists("/tmp/regen-escape-test")
+    rt.close()
 
 
 def test_a_forged_early_reply_is_caught(artifact):

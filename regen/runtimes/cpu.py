@@ -101,8 +101,10 @@ class Runtime:
         self._child_fd = theirs.fileno()  # pass_fds keeps the number in the child
         theirs.close()
         self._sock, self._pending = ours, b""
-        if self._reply() != "hello":
+        hello = self._reply()
+        if not hello.startswith("hello "):
             raise ArtifactDied("the artifact's process did not start")
+        self.confinement = hello[len("hello "):]  # "seccomp" or "unconfined: why" (host_exec.py)
         self.threads_before_load = self.thread_ids()
         self._request({"op": "load", "path": os.path.abspath(binary_path)}, expect="ready")
         self.empty_round_trip_s = min(self._round_trip({"op": "ping"}) for _ in range(20))
