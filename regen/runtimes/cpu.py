@@ -157,6 +157,7 @@ class Runtime:
         /proc/PID/syscall: its system call's first argument is that descriptor). Where the file
         cannot be read (no ptrace access), the reply alone ends the call."""
         want = hex(self._child_fd)
+        blocked_since, blocked_in = None, None
         while True:
             try:
                 with open(f"/proc/{self.proc.pid}/syscall") as f:
@@ -167,6 +168,14 @@ class Runtime:
                 return
             if self.proc.poll() is not None:
                 return  # gone: the next request reports how
+            # blocked elsewhere (not computing) for half a second: an interpreter that waits on its
+            # socket some other way; stop rather than hang the judge
+            now = time.perf_counter()
+            if fields and fields[0] != "running" and fields == blocked_in:
+                if now - blocked_since > 0.5:
+                    return
+            else:
+                blocked_since, blocked_in = now, fields
             time.sleep(20e-6)  # yield the core: on a small machine the process needs it to get there
 
     def _unread(self) -> bool:
