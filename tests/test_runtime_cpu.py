@@ -24,6 +24,7 @@ SOURCE = r"""
 #include <pthread.h>
 #include <cerrno>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -53,6 +54,8 @@ void escapes(int64_t* out) {  // what the seccomp filter refuses (and one thing 
   out[4] = syscall(SYS_process_vm_readv, getppid(), nullptr, 0, nullptr, 0, 0) < 0 ? errno : 0;
   int fd = open("/proc/self/status", O_RDONLY);
   out[5] = fd < 0 ? errno : 0;
+  out[6] = setsid() < 0 ? errno : 0;
+  out[7] = prctl(PR_SET_PDEATHSIG, 0) < 0 ? errno : 0;
   if (fd >= 0) close(fd);
 }
 void reply_early(float* y) {  // a forged "ok" on the control socket, then the real work
@@ -142,10 +145,10 @@ def test_the_artifacts_process_cannot_reach_past_itself(artifact):
     rt = Runtime(artifact)
     if rt.confinement != "seccomp":
         pytest.skip(f"no seccomp filter here: {rt.confinement}")
-    out = torch.full((6,), -1, dtype=torch.int64)
+    out = torch.full((8,), -1, dtype=torch.int64)
     rt.launch([call("escapes", "out")], {"out": out})
     eperm = 1
-    assert out.tolist() == [eperm, eperm, eperm, eperm, eperm, 0], out.tolist()
+    assert out.tolist() == [eperm, eperm, eperm, eperm, eperm, 0, eperm, eperm], out.tolist()
     assert not os.path.exists("/tmp/regen-escape-test")
     rt.close()
 

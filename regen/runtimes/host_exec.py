@@ -21,7 +21,8 @@ import, ...) ends the process at once with status PYTHON_API_STATUS; the judge r
 `python-api` guard. A tripwire, not a wall: the wall is the process boundary, and on x86-64 Linux a
 seccomp filter (installed before the artifact loads, kept by every thread it starts) that refuses
 what could reach past it: other processes' memory (ptrace, process_vm_*, pidfd_getfd), new
-processes (fork, vfork, clone without CLONE_THREAD, clone3, exec), signals to anyone else, files
+processes (fork, vfork, clone without CLONE_THREAD, clone3, exec), leaving the judge's process
+group or the death signal it dies by (setsid, setpgid, PR_SET_PDEATHSIG), signals to anyone else, files
 opened for writing and changes to the file system, sockets, io_uring, namespaces and mounts. The
 artifact keeps what a kernel needs: memory, threads, reading files, its own signals. CONFINEMENT is
 "seccomp" or "unconfined: WHY".
@@ -67,6 +68,7 @@ _DENY = (
     101, 310, 311, 438, 434, 424, 440,       # ptrace process_vm_readv/writev pidfd_getfd/open/send_signal process_madvise
     57, 58, 59, 322,                         # fork vfork execve execveat
     200,                                     # tkill (tgkill and kill: own process only, below)
+    109, 112,                                # setpgid setsid: stay in the group the judge kills
     41, 42, 43, 288, 49, 50, 53,             # socket connect accept accept4 bind listen socketpair
     83, 258, 82, 264, 316, 87, 263, 84,      # mkdir mkdirat rename renameat renameat2 unlink unlinkat rmdir
     88, 266, 86, 265, 76, 77, 85, 437,       # symlink symlinkat link linkat truncate ftruncate creat openat2
@@ -98,6 +100,8 @@ def _filter(pid: int) -> bytes:
                  (ld, 0, 0, nr)]
     prog += [(jeq, 0, 4, 56), (ld, 0, 0, arg(0)), (jset, 1, 0, _CLONE_THREAD), (ret, 0, 0, eperm),
              (ld, 0, 0, nr)]  # clone: threads only
+    prog += [(jeq, 0, 4, 157), (ld, 0, 0, arg(0)), (jeq, 0, 1, 1), (ret, 0, 0, eperm),
+             (ld, 0, 0, nr)]  # prctl(PR_SET_PDEATHSIG, ...): it dies with the judge
     for n in (62, 234):  # kill(pid, sig), tgkill(tgid, tid, sig): this process only
         prog += [(jeq, 0, 4, n), (ld, 0, 0, arg(0)), (jeq, 1, 0, pid), (ret, 0, 0, eperm),
                  (ld, 0, 0, nr)]
