@@ -16,7 +16,9 @@ torch = pytest.importorskip("torch", reason="the host runtime stages torch tenso
 
 from regen.runtimes.cpu import ArtifactDied, ControlChannelForged, PythonAPIUsed, Runtime  # noqa: E402
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ (the host column's compiler) is not installed: these tests build their shared objects with it")
+pytestmark = pytest.mark.skipif(
+    shutil.which("g++") is None,
+    reason="g++ (the host column's compiler) is not installed: these tests build their shared objects with it")
 
 SOURCE = r"""
 #include <dlfcn.h>
