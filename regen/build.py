@@ -1,21 +1,26 @@
-"""The pipeline for one (kernel, target) node: plan -> generate -> compile -> verify -> profile -> store.
+"""Execute planned nodes: generate -> compile -> verify -> profile -> store, one (kernel, target) each.
 
-A failing node fails alone: its reason is reported and the build goes on with the others.
+The planner (regen/plan.py) decides what each node needs; this module carries it out and reports
+back, as ninja's Builder does for its Plan. When a step's result changes what a node needs (a
+re-verification that fails under a changed oracle; a component rebuilt in an earlier wave), the
+node goes back to the planner. A failing node fails alone: its reason is reported and the build
+goes on with the others.
 """
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import keys, plan as planning
+from .artifact import LANGUAGES, Candidate
 from .compile import Compiled, compile_source, toolchain_problem
 from .errors import InputError
 from .profile import static_checks
 from .recipe import parse_recipe
-from .store import Store, add_header
+from .store import Entry, Store, strip_legacy_header
 from .verify import Outcome, Settings, make_record, run as run_verify
 
 
@@ -47,18 +52,54 @@ class Context:
     generator_problem: str | None = None  # why there is no generator (shown on nodes that need one)
     locked: bool = False
     dry_run: bool = False
-    regenerate: bool = False
     settings: Settings = field(default_factory=Settings)
     budget: object | None = None
     gpu_lock: threading.Lock = field(default_factory=threading.Lock)
     progress: object | None = None
 
+    def stage(self, node: planning.Node, name: str) -> None:
+        """Tell the progress display which stage a node entered (if it wants to know)."""
+        hook = getattr(self.progress, "stage", None)
+        if hook is not None:
+            hook(node.label, name)
 
-def compile_summary(compiled: Compiled) -> dict:
-    res = compiled.result
-    return {"ok": res.ok, "seconds": round(res.seconds, 3), "cached": compiled.cached,
-            "binary": compiled.binary_digest, "resources": res.resources,
-            "toolchain": compiled.components["toolchain"]}
+
+@dataclass
+class Evaluation:
+    """What compiling, checking and (where the hardware is) verifying one candidate gave."""
+    stage: str                        # parse | compile | profile | verify: where it stopped
+    ok: bool
+    feedback: str                     # why not, or what passed
+    compiled: Compiled | None = None
+    checks: list[dict] = field(default_factory=list)
+    outcome: Outcome | None = None
+
+    def compile_summary(self) -> dict | None:
+        if self.compiled is None:
+            return None
+        res = self.compiled.result
+        return {"ok": res.ok, "seconds": round(res.seconds, 3), "cached": self.compiled.cached,
+                "binary": self.compiled.binary_digest, "resources": res.resources,
+                "toolchain": self.compiled.components["toolchain"]}
+
+    def levels(self) -> list[str]:
+        """How far the candidate got, for people: compiled, resources checked, ISA checked."""
+        level = []
+        if self.compiled and self.compiled.result.ok:
+            level.append("compiled" + (" (cached)" if self.compiled.cached else
+                                       f" in {self.compiled.result.seconds:.2f} s"))
+        if any(c["check"].startswith(("registers", "spills")) for c in self.checks) or \
+                (self.compiled and self.compiled.result.resources):
+            level.append("resources checked")
+        if any(c["check"] == "instructions" and c["ok"] for c in self.checks):
+            level.append("ISA checked")
+        return level
+
+    def result(self, node, status: str, summary: str, record: dict | None = None,
+               extra_level: str | None = None, provenance: dict | None = None) -> Result:
+        level = self.levels() + ([extra_level] if extra_level else [])
+        return Result(node, status, summary, level, self.compile_summary(), self.checks, record,
+                      self.outcome, provenance)
 
 
 def resource_line(resources: dict) -> str:
@@ -77,33 +118,41 @@ def resource_line(resources: dict) -> str:
     return "; ".join(parts)
 
 
+def on_device(target) -> bool:
+    return LANGUAGES[target.language].on_device
+
+
 def evaluate(ctx: Context, spec, target, source: str, recipe_text: str, verify_here: bool,
-             settings: Settings | None = None, cases=None):
-    """Compile, check and (when the hardware is here) verify one candidate. Returns
-    (stage, ok, feedback, compiled, checks, outcome)."""
+             settings: Settings | None = None, cases=None, node=None) -> Evaluation:
+    """Compile, check and (when the hardware is here) verify one candidate."""
     try:
         from .localcache import memo
 
         memo("recipe", recipe_text.encode(), lambda: bool(parse_recipe(recipe_text)))
     except InputError as exc:
-        return "parse", False, f"launch.yaml is invalid: {exc}", None, [], None
+        return Evaluation("parse", False, f"launch.yaml is invalid: {exc}")
+    if node is not None:
+        ctx.stage(node, "compile")
     compiled = compile_source(source, target)
     if not compiled.result.ok:
-        return "compile", False, compiled.result.log[-6000:], compiled, [], None
+        return Evaluation("compile", False, compiled.result.log[-6000:], compiled)
     checks = static_checks(spec, target, compiled.result.resources, compiled.result.disassembly)
     failed = [c for c in checks if c["ok"] is False]
     if failed:
         text = "; ".join(f"{c['check']}: {c['value']} (limit {c['limit']})" for c in failed)
-        return "profile", False, f"resource/ISA expectations not met: {text}", compiled, checks, None
+        return Evaluation("profile", False, f"resource/ISA expectations not met: {text}",
+                          compiled, checks)
     if not verify_here:
-        return "compile", True, "compiled and resource-checked; not verified (no hardware here)", \
-            compiled, checks, None
-    with ctx.gpu_lock if target.vendor != "host" else _nolock():
+        return Evaluation("compile", True, "compiled and resource-checked; not verified (no "
+                          "hardware here)", compiled, checks)
+    if node is not None:
+        ctx.stage(node, "verify")
+    with ctx.gpu_lock if on_device(target) else _nolock():
         outcome = run_verify(spec, target, ctx.project.oracle_path(spec.name), recipe_text,
                              compiled.result.binary, settings or ctx.settings, cases=cases)
     if not outcome.ok:
-        return "verify", False, outcome.reason, compiled, checks, outcome
-    return "verify", True, "passed", compiled, checks, outcome
+        return Evaluation("verify", False, outcome.reason, compiled, checks, outcome)
+    return Evaluation("verify", True, "passed", compiled, checks, outcome)
 
 
 class _nolock:
@@ -116,101 +165,23 @@ class _nolock:
 
 def settings_for(ctx: Context, target) -> Settings:
     s = ctx.settings
-    if s.bench is False and target.vendor != "host":
+    if s.bench is False and on_device(target):
         # on a GPU, verification includes the timed benchmark cases: the spec's performance
         # expectations are part of what "verified" means
-        from dataclasses import replace
         return replace(s, bench=True)
     return s
 
 
-def build_node(ctx: Context, node: planning.Node) -> Result:
-    project, store = ctx.project, ctx.store
-    spec, target = project.spec(node.kernel), project.target(node.target)
-    if node.action == planning.UNSUPPORTED:
-        return Result(node, "unsupported", "; ".join(node.reasons))
-    if ctx.regenerate and node.action not in (planning.GENERATE, planning.REGENERATE):
-        node.action, node.reasons = planning.REGENERATE, ["--regenerate"]
-    if node.needs_generator:
-        return _generate(ctx, node, spec, target)
-    if ctx.dry_run:
-        return Result(node, "skipped", node.line())
-    problem = toolchain_problem(target)
-    if problem:
-        return Result(node, "failed", f"cannot compile here: {problem}")
-    entry = node.entry
-    recipe = entry.recipe()
-    verify_here = node.here is not None
-    need_verify = node.action in (planning.VERIFY, planning.REVERIFY, planning.RECOMPILE)
-    if node.action == planning.RECOMPILE or not verify_here or not need_verify:
-        stage, ok, feedback, compiled, checks, outcome = evaluate(ctx, spec, target, entry.source(),
-                                                                  recipe, verify_here=False)
-    if verify_here and need_verify:
-        if node.action == planning.RECOMPILE and node.record and compiled and \
-                compiled.binary_digest == node.record.get("compile", {}).get("binary"):
-            # early cutoff: the new toolchain produced the very binary that was verified
-            return _report_existing(ctx, node, spec, target, compiled, checks,
-                                    note="recompiled: identical binary, record still valid")
-        stage, ok, feedback, compiled, checks, outcome = evaluate(
-            ctx, spec, target, entry.source(), recipe, verify_here=True,
-            settings=settings_for(ctx, target))
-        level = _levels(compiled, checks)
-        if outcome is not None:
-            vcomp = keys.verify_components(spec, target, project.oracle_digest(spec.name),
-                                           compiled.binary_digest, entry.recipe_digest)
-            record = make_record(spec, target, entry, compiled, outcome, vcomp, checks)
-            store.put_record(spec.name, target.name, entry.id, record)
-        else:
-            record = None
-        if ok:
-            level.append(f"verified here ({node.here.get('device')})")
-            return Result(node, "ok", _verified_summary(outcome), level,
-                          compile_summary(compiled), checks, record, outcome)
-        if node.action == planning.REVERIFY and ctx.generator is not None and stage == "verify" \
-                and not ctx.locked:
-            # the oracle or tolerance moved and the artifact no longer passes: regenerate, fed the failure
-            node.action = planning.REGENERATE
-            node.reasons = node.reasons + [f"re-verification failed: {feedback}"]
-            return _generate(ctx, node, spec, target, feedback=feedback, previous_entry=entry)
-        return Result(node, "failed", f"{stage} failed: {feedback}", level,
-                      compile_summary(compiled) if compiled else None, checks, record, outcome)
-    if not ok:
-        return Result(node, "failed", f"{stage} failed: {feedback}", _levels(compiled, checks),
-                      compile_summary(compiled) if compiled else None, checks)
-    return _report_existing(ctx, node, spec, target, compiled, checks)
+def record_for(ctx: Context, spec, target, entry: Entry, ev: Evaluation) -> dict | None:
+    """The verification record of an evaluation that ran the oracle (None if it did not)."""
+    if ev.outcome is None:
+        return None
+    vcomp = keys.verify_components(spec, target, ctx.project.oracle_digest(spec.name),
+                                   ev.compiled.binary_digest, entry.recipe_digest)
+    return make_record(spec, target, entry, ev.compiled, ev.outcome, vcomp, ev.checks)
 
 
-def bench_node(ctx: Context, node: planning.Node, cases) -> Result:
-    """Time the given cases of the cached artifact here (records are exported, not stored: a
-    bench-only run does not replace the full verification record)."""
-    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
-    entry = node.entry
-    stage, ok, feedback, compiled, checks, outcome = evaluate(
-        ctx, spec, target, entry.source(), entry.recipe(), True, ctx.settings, cases=cases)
-    record = None
-    if outcome is not None:
-        vcomp = keys.verify_components(spec, target, ctx.project.oracle_digest(spec.name),
-                                       compiled.binary_digest, entry.recipe_digest)
-        record = make_record(spec, target, entry, compiled, outcome, vcomp, checks)
-    summary = _verified_summary(outcome) if ok else f"{stage} failed: {feedback}"
-    return Result(node, "ok" if ok else "failed", summary, _levels(compiled, checks),
-                  compile_summary(compiled) if compiled else None, checks, record, outcome)
-
-
-def _levels(compiled, checks) -> list[str]:
-    level = []
-    if compiled and compiled.result.ok:
-        level.append("compiled" + (" (cached)" if compiled.cached else
-                                   f" in {compiled.result.seconds:.2f} s"))
-    if any(c["check"].startswith(("registers", "spills")) for c in checks) or \
-            (compiled and compiled.result.resources):
-        level.append("resources checked")
-    if any(c["check"] == "instructions" and c["ok"] for c in checks):
-        level.append("ISA checked")
-    return level
-
-
-def _verified_summary(outcome: Outcome) -> str:
+def verified_summary(outcome: Outcome) -> str:
     n = len(outcome.cases)
     worst = max((c.get("max_abs", 0.0) or 0.0) for c in outcome.cases) if outcome.cases else 0.0
     text = f"verified {n} cases, max abs error {worst:.3g}"
@@ -221,23 +192,112 @@ def _verified_summary(outcome: Outcome) -> str:
     return text
 
 
-def _report_existing(ctx, node, spec, target, compiled, checks, note: str | None = None) -> Result:
-    level = _levels(compiled, checks)
-    if node.record and node.record.get("ok") and node.action in (planning.UP_TO_DATE, planning.RECOMPILE):
-        level.append(f"verified on {planning.verified_where(node.record)}")
-        summary = note or f"up to date: verified on {planning.verified_where(node.record)}"
-        return Result(node, "ok", summary, level, compile_summary(compiled), checks, node.record)
+# -- executing one node ------------------------------------------------------------------------
+def build_node(ctx: Context, node: planning.Node) -> Result:
+    if node.action == planning.UNSUPPORTED:
+        return Result(node, "unsupported", "; ".join(node.reasons))
+    if node.skip:
+        return Result(node, "skipped", f"not run here: {node.skip}")
+    if node.action == planning.ADOPT:
+        return _adopt(ctx, node)
+    if node.needs_generator:
+        return _generate(ctx, node)
+    if ctx.dry_run:
+        return Result(node, "skipped", node.line())
+    target = ctx.project.target(node.target)
+    problem = toolchain_problem(target)
+    if problem:
+        return Result(node, "failed", f"cannot compile here: {problem}")
+    if node.action == planning.BENCH:
+        return bench_node(ctx, node)
+    if node.here is not None and node.action in (planning.VERIFY, planning.REVERIFY,
+                                                 planning.RECOMPILE):
+        return _verify(ctx, node)
+    return _check(ctx, node)
+
+
+def _check(ctx: Context, node: planning.Node) -> Result:
+    """Compile and check a cached entry whose hardware is elsewhere (or that is up to date)."""
+    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
+    ev = evaluate(ctx, spec, target, node.entry.source(), node.entry.recipe(), False, node=node)
+    if not ev.ok:
+        return ev.result(node, "failed", f"{ev.stage} failed: {ev.feedback}")
+    return _report_existing(node, ev)
+
+
+def _verify(ctx: Context, node: planning.Node) -> Result:
+    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
+    entry = node.entry
+    if node.action == planning.RECOMPILE and node.record:
+        ev = evaluate(ctx, spec, target, entry.source(), entry.recipe(), False, node=node)
+        if ev.compiled and ev.compiled.binary_digest == node.record.get("compile", {}).get("binary"):
+            # early cutoff: the new toolchain produced the very binary that was verified
+            return _report_existing(node, ev, note="recompiled: identical binary, record still valid")
+    ev = evaluate(ctx, spec, target, entry.source(), entry.recipe(), True,
+                  settings_for(ctx, target), node=node)
+    record = record_for(ctx, spec, target, entry, ev)
+    if record is not None:
+        ctx.stage(node, "store")
+        ctx.store.put_record(spec.name, target.name, entry.id, record)
+    if ev.ok:
+        return ev.result(node, "ok", verified_summary(ev.outcome), record,
+                         f"verified here ({node.here.get('device')})")
+    if node.action == planning.REVERIFY and ev.stage == "verify" and ctx.generator is not None \
+            and not ctx.locked:
+        return _generate(ctx, planning.escalate(node, ev.feedback), feedback=ev.feedback,
+                         previous_entry=entry)
+    return ev.result(node, "failed", f"{ev.stage} failed: {ev.feedback}", record)
+
+
+def bench_node(ctx: Context, node: planning.Node, cases=None) -> Result:
+    """Time the benchmark cases of the cached artifact here. The record is returned (for
+    --export), not stored: a bench-only run does not replace the full verification record."""
+    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
+    cases = cases if cases is not None else spec.bench_cases()
+    entry = node.entry
+    ev = evaluate(ctx, spec, target, entry.source(), entry.recipe(), True, ctx.settings,
+                  cases=cases, node=node)
+    record = record_for(ctx, spec, target, entry, ev)
+    summary = verified_summary(ev.outcome) if ev.ok else f"{ev.stage} failed: {ev.feedback}"
+    return ev.result(node, "ok" if ev.ok else "failed", summary, record)
+
+
+def _report_existing(node, ev: Evaluation, note: str | None = None) -> Result:
+    rec = node.record
+    if rec and rec.get("ok") and node.action in (planning.UP_TO_DATE, planning.RECOMPILE):
+        where = planning.verified_where(rec)
+        return ev.result(node, "ok", note or f"up to date: verified on {where}", rec,
+                         f"verified on {where}")
     if node.action == planning.FAILED:
-        level.append(f"failed on {planning.verified_where(node.record)}" if node.record else "failed")
-        return Result(node, "failed", "; ".join(node.reasons), level, compile_summary(compiled),
-                      checks, node.record)
-    level.append("not verified on hardware")
-    return Result(node, "ok", "; ".join(node.reasons) or "not verified on hardware", level,
-                  compile_summary(compiled), checks, node.record)
+        return ev.result(node, "failed", "; ".join(node.reasons), rec,
+                         f"failed on {planning.verified_where(rec)}" if rec else "failed")
+    return ev.result(node, "ok", "; ".join(node.reasons) or "not verified on hardware", rec,
+                     "not verified on hardware")
 
 
-def _generate(ctx: Context, node, spec, target, feedback: str | None = None,
-              previous_entry=None) -> Result:
+def _adopt(ctx: Context, node: planning.Node) -> Result:
+    """Point a family member at the generation a sibling holds, then build it as planned anew."""
+    if ctx.dry_run:
+        return Result(node, "skipped", node.line())
+    if ctx.locked:
+        return Result(node, "locked", f"--locked: needs adopt ({'; '.join(node.reasons)})")
+    leader = ctx.store.current(node.kernel, node.leader)
+    if leader is None or leader.generate_key != node.generate_key:
+        return Result(node, "failed", f"adopt: {node.leader} holds no entry of this generation "
+                      "(its own build failed or was skipped)")
+    ctx.stage(node, "store")
+    ctx.store.point(node.kernel, node.target, leader.id)
+    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
+    fresh = planning.plan_node(ctx.project, ctx.store, spec, target)
+    if fresh.action in (planning.ADOPT, *(planning.GENERATE, planning.REGENERATE)):
+        return Result(fresh, "failed", f"adopt: entry {leader.id} still plans as {fresh.action}")
+    res = build_node(ctx, fresh)
+    res.summary = f"adopted {node.leader}'s entry {leader.id}: {res.summary}"
+    return res
+
+
+def _generate(ctx: Context, node: planning.Node, feedback: str | None = None,
+              previous_entry: Entry | None = None) -> Result:
     if ctx.locked:
         return Result(node, "locked", f"--locked: needs {node.action} ({'; '.join(node.reasons)})")
     if ctx.dry_run:
@@ -246,25 +306,21 @@ def _generate(ctx: Context, node, spec, target, feedback: str | None = None,
         return Result(node, "failed", f"needs {node.action} ({'; '.join(node.reasons)}), but "
                       f"{ctx.generator_problem or 'no generator is configured'}")
     from . import search as search_mod
-    from .generators import Candidate
     from .prompt import make_request_factory
 
-    # components may have been regenerated since planning: key against what is cached now
-    fresh = planning.plan_node(ctx.project, ctx.store, spec, target)
-    node.generate_components, node.generate_key = fresh.generate_components, fresh.generate_key
-
+    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
+    ctx.stage(node, "generate")
     components = _component_artifacts(ctx, spec, target)
-    factory = make_request_factory(spec, target, components)
+    factory = make_request_factory(spec, target, components, ctx.project.generation_view(target))
     verify_here = node.here is not None
-    evaluated: dict[int, tuple] = {}
+    evaluated: dict[int, Evaluation] = {}
 
     def evaluate_candidate(candidate: Candidate):
-        source = add_header(candidate.source, spec.name, target.name)
-        stage, ok, fb, compiled, checks, outcome = evaluate(ctx, spec, target, source,
-                                                            candidate.recipe, verify_here,
-                                                            settings_for(ctx, target))
-        evaluated[id(candidate)] = (compiled, checks, outcome)
-        return search_mod.evaluation_from(stage, ok, fb, compiled, checks, outcome)
+        ev = evaluate(ctx, spec, target, candidate.source, candidate.recipe, verify_here,
+                      settings_for(ctx, target), node=node)
+        evaluated[id(candidate)] = ev
+        return search_mod.evaluation_from(ev.stage, ev.ok, ev.feedback, ev.compiled, ev.checks,
+                                          ev.outcome)
 
     previous = None
     if previous_entry is not None:
@@ -276,32 +332,57 @@ def _generate(ctx: Context, node, spec, target, feedback: str | None = None,
         return Result(node, "failed", f"{node.action}: no candidate passed ({result.stop_reason})")
     best = result.best
     provenance = {**best.provenance, "search": result.tree_json(), "spend": result.spend_json()}
-    compiled, checks, outcome = evaluated[id(best)]
-    res = _store(ctx, node, spec, target, best.source, best.recipe, provenance, compiled, checks,
-                 outcome)
+    res = _store(ctx, node, spec, target, best.source, best.recipe, provenance,
+                 evaluated[id(best)])
     res.summary = f"{node.action}d ({best.provenance.get('generator', '?')}): {res.summary}"
     return res
 
 
-def _store(ctx, node, spec, target, source, recipe, provenance, compiled, checks, outcome) -> Result:
-    """Store a candidate that passed, and its verification record when it was verified here."""
-    entry = ctx.store.put(spec.name, target.name, target.language, source, recipe, provenance,
-                          node.generate_components, node.generate_key)
+def _store(ctx: Context, node, spec, target, source: str, recipe: str, provenance: dict,
+           ev: Evaluation) -> Result:
+    """Store a candidate that passed for the node's family, and its record when it was verified
+    here. A family member whose current entry answers the same generation (or that has none)
+    moves to the new entry; a record whose binary and recipe the new entry reproduces comes with
+    it (early cutoff: the same binary needs no new verification)."""
+    ctx.stage(node, "store")
+    store = ctx.store
+    family = [t.name for t in ctx.project.family(target)]
+    carried: dict[str, list[dict]] = {}
+    for member in family:
+        cur = store.current(spec.name, member)
+        if member != target.name and cur is not None and cur.generate_key != node.generate_key:
+            continue
+        carried[member] = [r for r in (store.records(spec.name, member, cur.id) if cur else [])
+                           if ev.compiled and r.get("ok")
+                           and r.get("compile", {}).get("binary") == ev.compiled.binary_digest]
+    entry = store.put(spec.name, target.name, target.language, source, recipe, provenance,
+                      node.generate_components, node.generate_key, family=target.family_name)
     node.entry = entry
-    level = _levels(compiled, checks)
-    record = None
-    if outcome is not None:
-        vcomp = keys.verify_components(spec, target, ctx.project.oracle_digest(spec.name),
-                                       compiled.binary_digest, entry.recipe_digest)
-        record = make_record(spec, target, entry, compiled, outcome, vcomp, checks)
-        ctx.store.put_record(spec.name, target.name, entry.id, record)
-        level.append(f"verified here ({node.here.get('device')})")
-        summary = _verified_summary(outcome)
-    else:
-        level.append("not verified on hardware")
-        summary = "compiled and resource-checked; not verified on hardware (none here)"
-    return Result(node, "ok", summary, level, compile_summary(compiled), checks, record, outcome,
-                  provenance)
+    for member, records in carried.items():
+        if member != target.name:
+            store.point(spec.name, member, entry.id)
+        for rec in records:
+            if rec.get("entry") == entry.id or rec.get("verify", {}).get("recipe") != entry.recipe_digest:
+                continue
+            rec = {k: v for k, v in rec.items() if not k.startswith("_")}
+            rec.setdefault("migrated", []).append(
+                f"carried from entry {rec['entry']} to {entry.id}: the new entry compiles to the "
+                f"binary this record verified ({ev.compiled.binary_digest[:16]}) with the same "
+                "launch recipe")
+            rec["entry"] = entry.id
+            store.put_record(spec.name, member, entry.id, rec)
+    record = record_for(ctx, spec, target, entry, ev)
+    if record is not None:
+        store.put_record(spec.name, target.name, entry.id, record)
+        return ev.result(node, "ok", verified_summary(ev.outcome), record,
+                         f"verified here ({node.here.get('device')})", provenance)
+    kept = carried.get(target.name)
+    if kept:
+        where = planning.verified_where(kept[-1])
+        return ev.result(node, "ok", f"identical binary: still verified on {where}", kept[-1],
+                         f"verified on {where}", provenance)
+    return ev.result(node, "ok", "compiled and resource-checked; not verified on hardware "
+                     "(none here)", None, "not verified on hardware", provenance)
 
 
 def _component_artifacts(ctx, spec, target):
@@ -313,33 +394,48 @@ def _component_artifacts(ctx, spec, target):
     return out
 
 
-def build(ctx: Context, nodes: list[planning.Node], jobs: int = 1) -> list[Result]:
-    """Build nodes; components before users (nodes arrive in dependency order per target)."""
-    results: list[Result | None] = [None] * len(nodes)
-
-    def one(i):
-        try:
-            results[i] = build_node(ctx, nodes[i])
-        except InputError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one node's surprise must not stop the build
-            results[i] = Result(nodes[i], "failed", f"internal error: {type(exc).__name__}: {exc}")
-        if ctx.progress:
-            ctx.progress(results[i], i, len(nodes))
-
-    # waves by component depth: a kernel starts only after its components are built
+# -- the build ---------------------------------------------------------------------------------
+def _waves(ctx: Context, nodes: list[planning.Node]) -> list[list[int]]:
+    """Components before their users; within a depth, the family member that generates before
+    the members that adopt its generation."""
     depth: dict[str, int] = {}
     for n in nodes:
         spec = ctx.project.spec(n.kernel)
         depth[n.kernel] = 1 + max((depth.get(c, 0) for c in spec.components), default=-1)
-    for level in sorted(set(depth.values())):
-        wave = [i for i, n in enumerate(nodes) if depth[n.kernel] == level]
+    order = sorted({(depth[n.kernel], n.action == planning.ADOPT) for n in nodes})
+    return [[i for i, n in enumerate(nodes) if (depth[n.kernel], n.action == planning.ADOPT) == w]
+            for w in order]
+
+
+def build(ctx: Context, nodes: list[planning.Node], jobs: int = 1) -> list[Result]:
+    """Build nodes in waves (see _waves); a node of a later wave is planned again first when its
+    components were rebuilt, so it is keyed against what the cache holds now."""
+    results: list[Result | None] = [None] * len(nodes)
+    rebuilt: set[tuple[str, str]] = set()
+
+    def one(i):
+        node = nodes[i]
+        try:
+            spec = ctx.project.spec(node.kernel)
+            if any((c, node.target) in rebuilt for c in spec.components):
+                node = planning.replan(ctx.project, ctx.store, node)
+            results[i] = build_node(ctx, node)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one node's surprise must not stop the build
+            results[i] = Result(node, "failed", f"internal error: {type(exc).__name__}: {exc}")
+        if ctx.progress:
+            ctx.progress(results[i], i, len(nodes))
+
+    for wave in _waves(ctx, nodes):
         if jobs <= 1:
             for i in wave:
                 one(i)
         else:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 list(pool.map(one, wave))
+        rebuilt |= {(r.node.kernel, r.node.target) for i in wave if (r := results[i])
+                    and r.status == "ok" and r.provenance is not None}
     return [r for r in results if r is not None]
 
 
@@ -356,16 +452,11 @@ def accept(ctx: Context, folder: Path, force: bool = False, author: str | None =
         raise InputError("the spec or target changed since this handoff was written ("
                          + "; ".join(diffs) + "); run `regen handoff` again or pass --force",
                          file=str(folder / "task.json"), field="generate_key")
-    source = add_header(task["source"], spec.name, target.name)
-    recipe = task["recipe"]
-    verify_here = node.here is not None
-    stage, ok, feedback, compiled, checks, outcome = evaluate(
-        ctx, spec, target, source, recipe, verify_here, settings_for(ctx, target))
-    if not ok:
-        return Result(node, "failed", f"not accepted: {stage} failed: {feedback}",
-                      _levels(compiled, checks), compile_summary(compiled) if compiled else None,
-                      checks, outcome=outcome)
-    res = _store(ctx, node, spec, target, source, recipe, task["provenance"], compiled, checks,
-                 outcome)
+    source = strip_legacy_header(task["source"])
+    ev = evaluate(ctx, spec, target, source, task["recipe"], node.here is not None,
+                  settings_for(ctx, target), node=node)
+    if not ev.ok:
+        return ev.result(node, "failed", f"not accepted: {ev.stage} failed: {ev.feedback}")
+    res = _store(ctx, node, spec, target, source, task["recipe"], task["provenance"], ev)
     res.summary = f"accepted ({task['provenance'].get('generator')}): {res.summary}"
     return res

@@ -100,8 +100,9 @@ def cmd_build(args) -> int:
     from . import build as building, plan as planning, report
 
     ctx = _context(args, project, locked=args.locked, dry_run=args.dry_run,
-                   regenerate=args.regenerate, want_generator=not (args.locked or args.dry_run))
-    nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None)
+                   want_generator=not (args.locked or args.dry_run))
+    nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None,
+                          regenerate=args.regenerate)
     if args.dry_run:
         report.status(nodes, args.json)
         return 0
@@ -155,7 +156,6 @@ def cmd_handoff(args) -> int:
     from . import plan as planning
     from .generators.handoff import write_task
     from .prompt import build_prompt
-    from .store import strip_header
 
     project = _project(args)
     store = _store(project)
@@ -166,8 +166,10 @@ def cmd_handoff(args) -> int:
     folder = Path(args.out) if args.out else project.root / "handoffs" / f"{spec.name}@{target.name}"
     existing = None
     if node.entry is not None:  # start from the cached implementation, not from a stub
-        existing = (strip_header(node.entry.source()), node.entry.recipe())
-    write_task(folder, spec, target, build_prompt(spec, target, comps), node.generate_components,
+        existing = (node.entry.source(), node.entry.recipe())
+    view = project.generation_view(target)
+    write_task(folder, spec, target, build_prompt(spec, target, comps, view=view),
+               node.generate_components,
                node.generate_key, existing)
     from .generators import SOURCE_NAMES
 
@@ -191,16 +193,10 @@ def cmd_verify(args) -> int:
 
     project = _project(args)
     ctx = _context(args, project)  # seeds, seed and timeout come from the arguments
-    nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None)
-    todo = []
-    for n in nodes:
-        if n.action == planning.UNSUPPORTED or n.entry is None or n.needs_generator:
-            continue
-        if n.here is None:
-            continue
-        n.action, n.reasons = planning.VERIFY, ["verify requested"]
-        todo.append(n)
-    skipped = [n for n in nodes if n not in todo]
+    nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None,
+                          intent="verify")
+    todo = [n for n in nodes if not n.skip]
+    skipped = [n for n in nodes if n.skip and n.action != planning.UNSUPPORTED]
     ctx.progress = _progress(args.json)
     results = building.build(ctx, todo, jobs=1)
     report.build(results, args.json)
@@ -210,10 +206,8 @@ def cmd_verify(args) -> int:
         print()
         report.bench(rows, False)
     for n in skipped:
-        why = "no artifact" if n.entry is None else ("needs " + n.action if n.needs_generator else
-                                                     "hardware not here" if n.here is None else n.action)
         if not args.json:
-            print(f"{n.label}: not verified here ({why})")
+            print(f"{n.label}: not verified here ({n.skip})")
     if args.export:
         records = [r.record for r in results if r.record]
         Path(args.export).write_text(json.dumps({"records": records}, indent=1))
@@ -262,15 +256,15 @@ def cmd_bench(args) -> int:
     project = _project(args)
     ctx = _context(args, project)
     ctx.settings = Settings(seeds=1, bench=True, iters=args.iters, timeout_s=args.timeout)
-    nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None)
+    nodes = planning.plan(project, ctx.store, args.kernels or None, args.target or None,
+                          intent="build" if args.recorded else "bench")
     if args.recorded:
         return _bench_recorded(nodes, args.json)
     rows = []
     results = []
     for n in nodes:
-        if n.entry is None or n.here is None or n.needs_generator:
+        if n.skip or n.action == planning.UNSUPPORTED:
             continue
-        n.action, n.reasons = planning.VERIFY, ["bench requested"]
         spec = project.spec(n.kernel)
         bench_cases = spec.bench_cases()
         if not bench_cases:
@@ -307,7 +301,7 @@ def cmd_prompt(args) -> int:
     spec, target = project.spec(args.kernel), project.target(args.target)
     comps = [(c, e.source(), e.recipe()) for c in spec.components
              if (e := store.current(c, target.name)) is not None]
-    sys.stdout.write(build_prompt(spec, target, comps))
+    sys.stdout.write(build_prompt(spec, target, comps, view=project.generation_view(target)))
     return 0
 
 

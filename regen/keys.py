@@ -1,7 +1,7 @@
 """Three content keys, each over canonical components (sorted JSON of normalised fields).
 
 generate key: everything the generator is shown that defines the kernel: intent, signature,
-    invariant descriptions, the target's prompt view, component artifacts, prompt template
+    invariant descriptions, the target family's generation view, component artifacts, prompt template
     version, schema version, salt. Cases, tolerances and profile expectations are shown to the
     generator for context but belong to the verify key: changing them re-verifies the existing
     artifact and regenerates only if it now fails (early cutoff).
@@ -56,16 +56,17 @@ def key(components: dict) -> str:
     return digest(components)
 
 
-def generate_components(spec: Spec, target: Target, component_entries: dict[str, str],
+def generate_components(spec: Spec, view: dict, component_entries: dict[str, str],
                         template_version: str) -> dict:
+    """`view` is the family's generation view (Project.generation_view): members of one family
+    get one key, so one generation serves them all."""
     sig = spec.signature.model_dump(mode="json")
     for t in sig["inputs"] + sig["outputs"]:
         t["description"] = normalise_prose(t["description"])
     for p in sig["params"]:
         p["description"] = normalise_prose(p["description"])
-    view = target.prompt_view()
-    view["notes"] = normalise_prose(view["notes"])
-    view["description"] = normalise_prose(view["description"])
+    view = {**view, "notes": normalise_prose(view["notes"]),
+            "description": normalise_prose(view["description"])}
     return {
         "spec.summary": normalise_prose(spec.summary),
         "spec.intent": normalise_prose(spec.intent),

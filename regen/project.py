@@ -68,9 +68,23 @@ class Project:
 
     @cached_property
     def targets(self) -> dict:
-        from .target import load_target
+        from .target import check_family, load_target
 
-        return {n: load_target(self.target_dir / f"{n}.yaml") for n in self.target_names()}
+        targets = {n: load_target(self.target_dir / f"{n}.yaml") for n in self.target_names()}
+        files = {n: str(self.target_dir / f"{n}.yaml") for n in targets}
+        for members in _families(targets).values():
+            check_family(members, files)
+        return targets
+
+    def family(self, target) -> list:
+        """The targets that share `target`'s generation (itself included), by name."""
+        return _families(self.targets)[target.family_name]
+
+    def generation_view(self, target) -> dict:
+        """What the generator is shown for `target`'s family (regen.target.generation_view)."""
+        from .target import generation_view
+
+        return generation_view(self.family(target))
 
     def target(self, name: str):
         if name not in self.target_names():
@@ -156,3 +170,10 @@ class Project:
                     out.add(c)
                     todo.append(c)
         return out
+
+
+def _families(targets: dict) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for name in sorted(targets):
+        out.setdefault(targets[name].family_name, []).append(targets[name])
+    return out

@@ -9,7 +9,7 @@ One deterministic text (no timestamps, dicts sorted) in two parts:
 
 Fields read (the generate key should cover them): spec name, summary, intent, signature,
 invariants, tolerance, cases, profile (selector maps resolved for the target);
-target.prompt_view(); the component artifacts; TEMPLATE_VERSION.
+the target family's generation view; the component artifacts; TEMPLATE_VERSION.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 
 from .dtypes import DTYPES, short
-from .generators import SOURCE_NAMES, Candidate
+from .artifact import SOURCE_NAMES, Candidate, Request
 
-TEMPLATE_VERSION = "regen-prompt-1"
+# 2: the target part shows the family (shared notes, one section per arch), not one target
+TEMPLATE_VERSION = "regen-prompt-2"
 
 REQUEST_MARKER = "# Request: "
 
@@ -169,24 +170,41 @@ def _profile(spec, target) -> list[str]:
     return lines
 
 
-def _target(target) -> list[str]:
-    view = target.prompt_view()
-    lines = [f"## Target `{view['name']}`"]
+_ARCH_MACROS = {"cuda": "__CUDA_ARCH__ (e.g. `#if __CUDA_ARCH__ >= 1000`)",
+                "hip": "the arch macros (e.g. `#if defined(__gfx950__)`)",
+                "cpp": "preprocessor conditions"}
+
+
+def _target(view: dict) -> list[str]:
+    """The target family: what its members share, then one section per arch."""
+    archs = view["archs"]
+    lines = [f"## Target family `{view['family']}`"]
     if view["description"].strip():
         lines.append(view["description"].strip())
-    lines.append(f"Vendor {view['vendor']}, arch {view['arch']}, language {view['language']}.")
-    if view["limits"]:
-        lines.append("Limits: " + ", ".join(f"{k}={_num(v)}" for k, v in sorted(view["limits"].items())))
-    if view["features"]:
-        lines.append("Features: " + ", ".join(sorted(view["features"])))
+    lines.append(f"Vendor {view['vendor']}, language {view['language']}, "
+                 f"arch{'s' if len(archs) > 1 else ''} {', '.join(a['arch'] for a in archs)}.")
+    if len(archs) > 1:
+        lines.append("One source and one launch.yaml serve every arch below; each arch compiles it "
+                     f"on its own. Put what must differ per arch in sections selected by "
+                     f"{_ARCH_MACROS[view['language']]}; keep every launched symbol defined on "
+                     "every arch.")
     if view["notes"].strip():
         lines.append("Notes:")
         lines.append(view["notes"].strip())
-    if view["taxonomy"]:
-        lines.append("Techniques that apply on this target (cite the id in your NOTE when you use one):")
-        for cell in view["taxonomy"]:
-            when = f" (when {cell['when']})" if cell.get("when") else ""
-            lines.append(f"- {cell['id']}: {cell['technique']}{when}")
+    for arch in archs:
+        if len(archs) > 1:
+            lines += ["", f"### Arch {arch['arch']}"]
+        if arch["limits"]:
+            lines.append("Limits: " + ", ".join(f"{k}={_num(v)}"
+                                                for k, v in sorted(arch["limits"].items())))
+        if arch["features"]:
+            lines.append("Features: " + ", ".join(sorted(arch["features"])))
+        if arch["taxonomy"]:
+            lines.append("Techniques that apply on this arch (cite the id in your NOTE when you "
+                         "use one):")
+            for cell in arch["taxonomy"]:
+                when = f" (when {cell['when']})" if cell.get("when") else ""
+                lines.append(f"- {cell['id']}: {cell['technique']}{when}")
     return lines
 
 
@@ -278,8 +296,14 @@ def _contract(spec, target) -> list[str]:
     return lines
 
 
-def static_prefix(spec, target, components=None) -> str:
-    """The part of every prompt for this (spec, target, components) that never changes."""
+def static_prefix(spec, target, components=None, view: dict | None = None) -> str:
+    """The part of every prompt for this (spec, target family, components) that never changes.
+    `view` is Project.generation_view(target) (default: a family of one); `target` selects the
+    profile expectations."""
+    if view is None:
+        from .target import generation_view
+
+        view = generation_view([target])
     lang = target.language
     lines = [
         f"You write {_LANGUAGE_NAMES[lang]} kernels for regen. regen compiles your source, runs it "
@@ -300,7 +324,7 @@ def static_prefix(spec, target, components=None) -> str:
     lines += ["", "## Tolerances (allclose: |out - ref| <= atol + rtol * |ref|, compared in float64)"]
     for dtype, tol in sorted(spec.tolerance.items()):
         lines.append(f"- {dtype}: atol {_num(tol.atol)}, rtol {_num(tol.rtol)}")
-    lines += ["", *_cases(spec), "", *_profile(spec, target), "", *_target(target)]
+    lines += ["", *_cases(spec), "", *_profile(spec, target), "", *_target(view)]
     comp = _components(components, lang)
     if comp:
         lines += ["", *comp]
@@ -353,9 +377,10 @@ def request_part(language: str, request_purpose: str = "generate",
 
 
 def build_prompt(spec, target, components=None, request_purpose: str = "generate",
-                 previous: Candidate | None = None, feedback: str | None = None) -> str:
+                 previous: Candidate | None = None, feedback: str | None = None,
+                 view: dict | None = None) -> str:
     """The exact text a generator is shown for one request."""
-    return (static_prefix(spec, target, components) + "\n"
+    return (static_prefix(spec, target, components, view) + "\n"
             + request_part(target.language, request_purpose, previous, feedback))
 
 
@@ -367,13 +392,13 @@ def split_prompt(prompt: str) -> tuple[str, str]:
     return prompt[:at + 1], prompt[at + 1:]
 
 
-def make_request_factory(spec, target, components=None):
+def make_request_factory(spec, target, components=None, view: dict | None = None):
     """request_factory(purpose, previous, feedback) -> Request, as regen.search.search() wants."""
-    from .generators import Request
 
     def factory(purpose: str, previous: Candidate | None = None, feedback: str | None = None):
         return Request(kernel=spec.name, target=target.name, language=target.language,
-                       prompt=build_prompt(spec, target, components, purpose, previous, feedback),
+                       prompt=build_prompt(spec, target, components, purpose, previous,
+                                           feedback, view),
                        previous=previous, feedback=feedback, purpose=purpose)
 
     return factory

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .generators import Candidate, GenerationError, Request
+from .artifact import Candidate, Request
+from .generators import GenerationError
 from .generators.parse import ParseError
 
 FEEDBACK_CHARS = 800  # of each node's feedback kept in provenance

@@ -292,8 +292,9 @@ def _load_spec(path: Path) -> Spec:
 
 
 def select(mapping: dict, target) -> object | None:
-    """Most specific entry of a selector map for a target: name > arch > vendor > language > '*'."""
-    for key in (target.name, target.arch, target.vendor, target.language, "*"):
+    """Most specific entry of a selector map for a target: name > family > arch > vendor >
+    language > '*'."""
+    for key in (target.name, target.family_name, target.arch, target.vendor, target.language, "*"):
         if key in mapping:
             return mapping[key]
     return None

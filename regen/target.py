@@ -33,6 +33,15 @@ class TaxonomyCell(Strict):
     when: str = ""
 
 
+class Family(Strict):
+    """Targets that share one generation: the generator is shown the family, not the member, so
+    a new GPU of a known family is a YAML file and no new kernel. Members differ in what is
+    compiled (arch) and where it is verified (hardware), never in what the generator sees for
+    their arch."""
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    description: str = ""
+
+
 class Hardware(Strict):
     """How to recognise this column's hardware on a machine (device name substrings)."""
     match: list[str] = Field(default_factory=list)
@@ -51,18 +60,66 @@ class Target(Strict):
     notes: str = ""
     taxonomy: list[TaxonomyCell] = Field(default_factory=list)
     hardware: Hardware = Field(default_factory=Hardware)
+    family: Family | None = None    # default: a family of its own, named after the target
 
-    def prompt_view(self) -> dict:
-        """What a generator is shown (and so what the generate key covers)."""
-        return {
-            "name": self.name, "description": self.description, "vendor": self.vendor,
-            "arch": self.arch, "language": self.language, "limits": dict(self.limits),
-            "features": list(self.features), "notes": self.notes,
-            "taxonomy": [c.model_dump() for c in self.taxonomy],
-        }
+    @property
+    def family_name(self) -> str:
+        return self.family.name if self.family else self.name
+
+    def arch_view(self) -> dict:
+        """What the generator is shown about this target's arch: identical for every member of a
+        family with this arch (checked when the targets load)."""
+        return {"arch": self.arch, "limits": dict(self.limits), "features": list(self.features),
+                "taxonomy": [c.model_dump() for c in self.taxonomy]}
 
     def peak(self, key: str) -> Peak | None:
         return self.peaks.get(key)
+
+
+# the fields a member of a family shares with every other member (what the generator sees)
+FAMILY_FIELDS = ("vendor", "language", "notes", "toolchain")
+
+
+def generation_view(members: list[Target]) -> dict:
+    """What a generator is shown for a family (and so what the generate key covers): the family's
+    name and description, what all members share, and one section per arch. A member whose arch
+    the family already has changes nothing here, so it needs no generation of its own."""
+    first = members[0]
+    family = first.family
+    description = family.description if family and family.description else first.description
+    archs = {}
+    for m in members:
+        archs.setdefault(m.arch, m.arch_view())
+    return {"family": first.family_name, "description": description, "vendor": first.vendor,
+            "language": first.language, "notes": first.notes,
+            "archs": [archs[a] for a in sorted(archs)]}
+
+
+def check_family(members: list[Target], files: dict[str, str]) -> None:
+    """Members of one family agree on what the generator sees; a clear error names the first
+    field where they do not."""
+    first = members[0]
+    for m in members[1:]:
+        for name in FAMILY_FIELDS:
+            if getattr(m, name) != getattr(first, name):
+                raise InputError(f"family {m.family_name!r}: {name} differs from {first.name}'s "
+                                 "(members share one generation, so they must agree on it)",
+                                 file=files[m.name], field=name)
+        if m.family != first.family:
+            raise InputError(f"family {m.family_name!r}: description differs from {first.name}'s",
+                             file=files[m.name], field="family.description")
+        same_arch = next((o for o in members if o.arch == m.arch and o is not m), None)
+        if same_arch is not None and m.arch_view() != same_arch.arch_view():
+            view, other = m.arch_view(), same_arch.arch_view()
+            name = next(k for k in view if view[k] != other[k])
+            raise InputError(f"family {m.family_name!r}: {name} differs from {same_arch.name}'s, "
+                             f"which has the same arch {m.arch} (the generator is shown one view "
+                             "per arch: move the field into the family's base file, or give this "
+                             "target a family of its own)", file=files[m.name], field=name)
+    if len(members) > 1 and not (first.family and first.family.description):
+        raise InputError(f"family {first.family_name!r} has {len(members)} members and no "
+                         "description (the generator is shown the family's, not a member's)",
+                         file=files[first.name], field="family.description")
 
 
 def _merge(base: dict, child: dict) -> dict:

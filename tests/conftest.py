@@ -103,8 +103,19 @@ def make_project(root: Path, kernels=("scale",), targets=("cpu",)) -> Path:
         else:
             for p in (REPO / "targets").glob("_*.yaml"):
                 shutil.copy(p, root / "targets")
-            shutil.copy(REPO / "targets" / f"{t}.yaml", root / "targets")
+            _copy_target(t, root / "targets")
     return root
+
+
+def _copy_target(name: str, into: Path) -> None:
+    """A target file and the files it extends."""
+    import yaml
+
+    path = REPO / "targets" / f"{name}.yaml"
+    shutil.copy(path, into)
+    parent = (yaml.safe_load(path.read_text()) or {}).get("extends")
+    if parent:
+        _copy_target(parent, into)
 
 
 def write_handoff(folder: Path, kernel: str, target: str, source: str, recipe: str, root: Path):

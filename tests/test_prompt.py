@@ -61,7 +61,7 @@ def test_softmax_cpu_prompt_carries_spec_and_target(softmax, cpu):
     # the nvidia-only expectations do not leak onto the host column
     assert "physical floor" not in text and "spills" not in text
     # the target's prompt view
-    assert "Vendor host, arch x86_64, language cpp." in text
+    assert "## Target family `cpu`" in text and "Vendor host, language cpp, arch x86_64." in text
     assert "Limits: simd_bytes=16" in text and "Features: openmp, sse4.2" in text
     assert cpu.notes.strip() in text
     for cell in cpu.taxonomy:
@@ -72,6 +72,22 @@ def test_softmax_cpu_prompt_carries_spec_and_target(softmax, cpu):
     assert "bfloat16 (bf16): uint16_t" in text
     assert "grid`, `block`, `shared_mem` do not apply" in text
     assert text.rstrip().endswith("one NOTE: line.")
+
+
+def test_a_family_prompt_shows_every_arch_and_asks_for_one_source(softmax):
+    from regen.project import Project
+
+    project = Project(ROOT)
+    mi350 = project.target("mi350")
+    text = build_prompt(softmax, mi350, view=project.generation_view(mi350))
+    assert "## Target family `cdna`" in text and "archs gfx942, gfx950" in text
+    assert "### Arch gfx942" in text and "### Arch gfx950" in text
+    assert "`#if defined(__gfx950__)`" in text
+    # members of one family are shown the same target part, whatever member asks
+    mi300x = project.target("mi300x")
+    other = build_prompt(softmax, mi300x, view=project.generation_view(mi300x))
+    part = text[text.index("## Target family"):text.index("## Artifact format")]
+    assert part in other
 
 
 def test_prompt_is_deterministic_and_ignores_unordered_field_order(softmax):

@@ -12,13 +12,17 @@ import time
 from pathlib import Path
 
 from regen.keys import digest
-from regen.store import Store
+import pytest
+
+from regen.store import CorruptCache, Store
 
 WRITER = r"""
 import sys, random
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from regen.store import Store
+import pytest
+
+from regen.store import CorruptCache, Store
 store = Store(Path({root!r}))
 rnd = random.Random(int(sys.argv[1]))
 print("ready", flush=True)
@@ -35,19 +39,17 @@ while True:
 
 
 def check_store(root: Path) -> int:
-    """Every live pointer names a complete entry whose files match its manifest."""
+    """Every live pointer names a complete entry whose objects match their digests."""
     store = Store(root)
     live = 0
-    for base in root.glob("*/*"):
-        ptr = base / "current.json"
-        if not ptr.exists():
-            continue
+    for ptr in root.glob("*/*/current.json"):
         json.loads(ptr.read_text())  # never half-written
-        entry = store.current(base.parent.name, base.name)
+        kernel, target = ptr.parent.parent.name, ptr.parent.name
+        entry = store.current(kernel, target)
         assert entry is not None, f"{ptr} names a missing or incomplete entry"
-        for name, want in entry.manifest["files"].items():
-            assert digest((entry.path / name).read_bytes()) == want, f"{entry.path / name} corrupt"
-        for rec in (base / "records").glob("*.json"):
+        for d in (*entry.manifest["files"].values(), entry.manifest["generate"]):
+            store.read_object(d)  # raises CorruptCache on a missing or changed object
+        for rec in (ptr.parent / "records").glob("*.json"):
             if not rec.name.startswith(".tmp-"):  # temporaries are not records (store.records)
                 json.loads(rec.read_text())
         live += 1
@@ -78,20 +80,69 @@ def test_sigkill_at_random_points_never_leaves_a_partial_entry(tmp_path):
     assert not list(root.rglob(".tmp-*"))
 
 
+def _put(store, kernel="k", target="cpu", source="int a;", key="g1", **kw):
+    return store.put(kernel, target, "cpp", source, "launches: []\n", {"generator": "x"},
+                     {"g": key}, key, **kw)
+
+
 def test_put_is_content_addressed_and_replaces_the_previous_entry(tmp_path):
     store = Store(tmp_path / "cache")
-    a = store.put("k", "cpu", "cpp", "int a;", "launches: []\n", {"generator": "x"}, {"g": 1}, "g1")
-    again = store.put("k", "cpu", "cpp", "int a;", "launches: []\n", {"generator": "x"}, {"g": 1}, "g1")
-    assert a.id == again.id
-    b = store.put("k", "cpu", "cpp", "int b;", "launches: []\n", {"generator": "x"}, {"g": 1}, "g1")
-    assert b.id != a.id and not a.path.exists()
+    a = _put(store)
+    assert _put(store).id == a.id
+    b = _put(store, source="int b;")
+    assert b.id != a.id and store.entry("k", a.id) is None
     assert store.current("k", "cpu").id == b.id
-    assert b.source().startswith("// regen artifact k@cpu: generated content, do not edit")
+    assert b.source() == "int b;"   # stored exactly as compiled: no per-target header
+    assert store.garbage() == []    # a's objects went with it
     assert (tmp_path / "cache" / ".gitattributes").read_text().count("linguist-generated") == 1
 
 
-def test_entry_without_manifest_is_not_an_entry(tmp_path):
+def test_equal_sources_are_stored_once_across_targets_and_kernels(tmp_path):
     store = Store(tmp_path / "cache")
-    e = store.put("k", "cpu", "cpp", "int a;", "launches: []\n", {}, {"g": 1}, "g1")
-    (e.path / "manifest.json").unlink()
-    assert store.current("k", "cpu") is None
+    _put(store, target="h100", key="sm90", family="sm90")
+    _put(store, target="h200", key="sm90", family="sm90")
+    _put(store, target="a100", key="sm80")
+    _put(store, kernel="k2", target="a100", key="sm80")
+    assert store.current("k", "h100").id == store.current("k", "h200").id   # one entry, two targets
+    assert store.current("k", "a100").id != store.current("k", "h100").id   # another generation
+    sources = {e.source_digest for k in ("k", "k2") for e in store.entries(k)}
+    assert len(sources) == 1
+    # one source, one recipe, one provenance, one generate-components object per generate key
+    assert len(list((tmp_path / "cache" / "objects").glob("*/*"))) == 5
+
+
+def test_an_entry_shared_by_two_targets_survives_one_of_them_moving_on(tmp_path):
+    store = Store(tmp_path / "cache")
+    shared = _put(store, target="h100", key="sm90")
+    _put(store, target="h200", key="sm90")
+    _put(store, target="h200", source="int c;", key="sm90")
+    assert store.current("k", "h100").id == shared.id and store.current("k", "h100").source() == "int a;"
+    assert store.garbage() == []
+
+
+@pytest.mark.parametrize("what", ["source", "manifest", "pointer", "record"])
+def test_a_changed_byte_in_the_cache_is_refused_with_a_clear_message(tmp_path, what):
+    store = Store(tmp_path / "cache")
+    e = _put(store)
+    store.put_record("k", "cpu", e.id, {"hardware": {"device": "x"}, "ok": True})
+    path = {"source": store.object_path(e.source_digest),
+            "manifest": tmp_path / "cache" / "k" / "entries" / f"{e.id}.json",
+            "pointer": tmp_path / "cache" / "k" / "cpu" / "current.json",
+            "record": next((tmp_path / "cache" / "k" / "cpu" / "records").glob("*.json"))}[what]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptCache) as exc:
+        entry = store.current("k", "cpu")
+        entry.source()
+        store.records("k", "cpu", entry.id)
+    assert str(path) in str(exc.value)
+    assert store.check() and str(path) in store.check()[0]
+
+
+def test_a_pointer_to_a_missing_entry_is_refused(tmp_path):
+    store = Store(tmp_path / "cache")
+    e = _put(store)
+    (tmp_path / "cache" / "k" / "entries" / f"{e.id}.json").unlink()
+    with pytest.raises(CorruptCache, match="not in the cache"):
+        store.current("k", "cpu")

@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import SOURCE_NAMES, Candidate, GenerationError, Request
+from ..artifact import SOURCE_NAMES, Candidate, Request
+from . import GenerationError
 from .llm import redact
 from .parse import ParseError, parse_answer, parse_note
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..dtypes import DTYPES, short
 from ..errors import InputError
-from . import SOURCE_NAMES
+from ..artifact import SOURCE_NAMES
 
 _CUDA_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
 _HIP_TYPES = {"bfloat16": "__hip_bfloat16", "float16": "__half"}

@@ -16,7 +16,8 @@ import random
 import threading
 import time
 
-from . import Candidate, GenerationError, Request
+from ..artifact import Candidate, Request
+from . import GenerationError
 from .parse import ParseError, parse_answer
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
