@@ -16,7 +16,7 @@ from .errors import InputError
 from .profile import static_checks
 from .recipe import parse_recipe
 from .store import Store, add_header
-from .verify import Outcome, Settings, make_record, run as run_verify
+from .judge import Outcome, Settings, make_record, run as run_verify
 
 
 @dataclass
