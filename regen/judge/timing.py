@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .compare import inputs_unchanged
+from .compare import compare, inputs_unchanged
 from .guards import Rejected
 from .results import CaseResult, Rejection
 
@@ -81,8 +81,6 @@ class TimedLoop:
     def _check_sets(self, case, view, sets, shadows, bufs) -> CaseResult | None:
         """Every set's outputs must be right for what its inputs hold now, and the inputs must
         hold exactly what regen put there (no replay of stale results, no mutated inputs)."""
-        from .compare import compare
-
         h = self.h
         checks = []
         for k in range(len(sets)):
