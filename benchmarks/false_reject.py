@@ -3,7 +3,7 @@
 Every hand-written CPU implementation in handoffs/<kernel>@cpu is compiled and verified, in one
 worker process per kernel, on each of its spec's correctness cases with N fresh seeds (each
 (case, seed) pair is its own entry, so every failure is counted, not only the first), with every
-guard of regen/worker.py and regen/verify.py active and, with --hidden, a hidden variant per entry
+guard of regen/judge/ active and, with --hidden, a hidden variant per entry
 (each with its own size step; one that lands on a listed shape is left out). The claim: 0 false
 rejections. Cost on the shared 2-core dev machine: about 0.05-0.7 s per (case, seed), so the
 default 1000 seeds over every case of every kernel is hours; --max-elements trims the big cases.
@@ -42,7 +42,7 @@ def elements(spec, case) -> int:
 def run_kernel(project, kernel: str, handoff: Path, seeds: int, hidden: bool, max_elements: int,
                timeout_s: float) -> dict:
     from regen.compile import compile_source
-    from regen.verify import Settings, run
+    from regen.judge import Settings, run
 
     spec, target = project.spec(kernel), project.target("cpu")
     compiled = compile_source((handoff / "kernel.cpp").read_text(), target)

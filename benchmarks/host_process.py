@@ -35,7 +35,7 @@ _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "float32": ctypes.c
 
 
 def oracle_case(spec, case):
-    """The case object an oracle receives (the shape regen's worker builds)."""
+    """The case object an oracle receives (the shape the judge builds: regen/judge/buffers.py)."""
     env = spec.case_env(case)
     return types.SimpleNamespace(sizes=dict(case.sizes), dtype=getattr(torch, env["T"]),
                                  params={p.name: env[p.name] for p in spec.signature.params},

@@ -22,7 +22,7 @@ from regen.build import Context, evaluate  # noqa: E402
 from regen.project import Project, find_root
 from regen.generators import SOURCE_NAMES
 from regen.store import Store
-from regen.verify import Settings
+from regen.judge import Settings
 
 
 def main() -> int:

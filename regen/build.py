@@ -18,10 +18,10 @@ from . import keys, plan as planning
 from .artifact import LANGUAGES, Candidate
 from .compile import Compiled, compile_source, toolchain_problem
 from .errors import InputError
+from .judge import Outcome, Settings, make_record, run as run_verify
 from .profile import static_checks
 from .recipe import parse_recipe
 from .store import Entry, Store, strip_legacy_header
-from .verify import Outcome, Settings, make_record, run as run_verify
 
 
 @dataclass

@@ -32,7 +32,7 @@ def _scrubber():
     secret = os.environ.get("REGEN_SECRET_SEED")
     if not secret:
         return lambda text: text
-    from .verify import Settings, _seed_source
+    from .judge import Settings, seed_source as _seed_source
 
     derive, _ = _seed_source(Settings())
     derived = {str(derive(i)) for i in range(8192)}

@@ -60,7 +60,7 @@ def _budget(args):
 
 def _context(args, project, **kw):
     from .build import Context
-    from .verify import Settings
+    from .judge import Settings
 
     settings = Settings(seeds=getattr(args, "seeds", 2) or 2,
                         fixed_seed=getattr(args, "seed", None),
@@ -251,7 +251,7 @@ def _bench_recorded(nodes, as_json: bool) -> int:
 
 def cmd_bench(args) -> int:
     from . import build as building, plan as planning, report
-    from .verify import Settings
+    from .judge import Settings
 
     project = _project(args)
     ctx = _context(args, project)

@@ -2,11 +2,11 @@
 
 Static checks (registers, spills, required instructions) need only a compile, so they run on any
 machine; dynamic ones (fraction of the roofline floor, speedup over torch) need the hardware.
+The timing guards that run before them (physical floor, device vs wall time) are the judge's:
+regen/judge/timing.py.
 """
 
 from __future__ import annotations
-
-import statistics
 
 from .keys import profile_for
 
@@ -58,56 +58,6 @@ def floor_seconds(spec, target, case) -> tuple[float | None, str]:
         return None, "no peak"
     seconds, bound, _ = max(terms, key=lambda t: t[0])
     return seconds, bound
-
-
-def median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def spread(xs: list[float]) -> float:
-    """Relative interquartile spread, as a noise estimate."""
-    if len(xs) < 4:
-        return 0.0
-    q = statistics.quantiles(xs, n=4)
-    m = statistics.median(xs)
-    return (q[2] - q[0]) / m if m else 0.0
-
-
-def judge_timing(spec, target, case, timing: dict) -> dict:
-    """Medians and the timing guards, computed outside the process that ran the kernel."""
-    dev, wall = timing.get("device_s", []), timing.get("wall_s", [])
-    out = {"median_s": median(dev), "wall_median_s": median(wall), "spread": spread(dev),
-           "iters": len(dev), "ok": bool(dev)}
-    if "launch_exposed" in timing:
-        # samples whose host launch overhead reached the device timer even after the longest
-        # pre-launch stall (runtimes/events.py): they read slow, never fast
-        out["launch_exposed"], out["stall_s"] = timing["launch_exposed"], timing.get("stall_s")
-    floor, bound = floor_seconds(spec, target, case)
-    out["floor_s"], out["bound"] = floor, bound
-    if not dev:
-        return {**out, "ok": False, "guard": "timer", "reason": "no timing samples came back"}
-    if any(d <= 0 for d in dev):
-        return {**out, "ok": False, "guard": "timer", "reason": "non-positive device time reported"}
-    if wall and sum(dev) > sum(wall) * 1.05 + 1e-4:
-        return {**out, "ok": False, "guard": "timer",
-                "reason": f"device time {sum(dev):.4g}s exceeds host wall time {sum(wall):.4g}s: "
-                          "the timer was tampered with"}
-    if wall and out["wall_median_s"] > 3 * out["median_s"] + 2e-3:
-        return {**out, "ok": False, "guard": "other-stream",
-                "reason": f"host wall time with a full device sync ({out['wall_median_s'] * 1e6:.0f} µs) "
-                          f"is far above the timed {out['median_s'] * 1e6:.0f} µs: work escaped the timed stream"}
-    if floor is not None:
-        out["floor_fraction"] = floor / out["median_s"]
-        # A measured peak (a copy, a cuBLAS GEMM) can be beaten a little by a kernel that only
-        # reads, or a better GEMM; a datasheet peak is a hard ceiling. Either way, far below is fake.
-        for seconds, term_bound, peak in floor_terms(spec, target, case):
-            margin = 0.8 if peak.source == "measured" else 0.9
-            if out["median_s"] < seconds * margin:
-                return {**out, "ok": False, "guard": "physical-floor",
-                        "reason": f"{out['median_s'] * 1e6:.2f} µs is below the physical floor "
-                                  f"{seconds * 1e6:.2f} µs ({term_bound}-bound at the "
-                                  f"{peak.source} peak): impossible, so not real"}
-    return out
 
 
 def dynamic_checks(spec, target, timing: dict, baselines: dict[str, float | None]) -> list[dict]:

@@ -1,6 +1,7 @@
-"""Red team: one cheating implementation per loophole of shared/reference/reward-hacks.md that
-applies to a column, each of which must be rejected by the guard its redteam.yaml names (the
-Outcome's reason ends with `[guard: NAME]`). See docs/oracle.md for the table.
+"""Red team: one cheating implementation per loophole of docs/reward-hacks.md that applies to a
+column, each of which must be rejected by the guard its redteam.yaml names (the Outcome's reason
+ends with `[guard: NAME]`). See docs/oracle.md for the table and regen/judge/guards.py for the
+registry (tests/test_guards.py keeps the three in step).
 
 CPU cases (tests/redteam/cpu/*) run here, through the real pipeline (build.evaluate: parse,
 compile, static checks, child-process verification). CUDA cases (tests/redteam/cuda/*) are
@@ -24,11 +25,11 @@ import yaml
 
 from regen.build import Context, evaluate
 from regen.compile import toolchain_problem
-from regen.profile import judge_timing
 from regen.project import Project
 from regen.recipe import bind, parse_recipe
 from regen.spec import Case
-from regen.verify import Settings, hidden_variants, lint_oracle
+from regen.judge import Settings, hidden_variants, judge_timing, lint_oracle
+from regen.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 REDTEAM = ROOT / "tests" / "redteam"
@@ -87,6 +88,14 @@ def host_confinement() -> str:
     return hello.removeprefix("hello ")
 
 
+def committed(name: str):
+    """The committed implementation `K@T` (the live cache entry of kernel K on target T)."""
+    kernel, _, target = name.partition("@")
+    entry = Store(ROOT / "cache").current(kernel, target)
+    assert entry is not None, f"no committed implementation {name} in cache/"
+    return entry
+
+
 def project_for(d: Path, m: dict, tmp_path: Path) -> tuple[Project, str]:
     """The project a red-team artifact is verified in: the repository's, or for a red-team spec
     and oracle of its own, a temporary project holding them (targets copied from the repo)."""
@@ -124,13 +133,16 @@ def run_redteam(d: Path, target_name: str, tmp_path: Path, source_name: str):
     project, kernel = project_for(d, m, tmp_path)
     spec, target = project.spec(kernel), project.target(target_name)
     gpu = target.vendor != "host"
-    # a control may name a committed implementation instead (`artifact: handoffs/K@T`): an honest
-    # kernel held to the spec's profile expectations must also be a fast one
-    folder = ROOT / m["artifact"] if "artifact" in m else d
-    source = artifact_source(folder / source_name)
+    # a control may name a committed implementation instead (`artifact: K@T`): an honest kernel
+    # held to the spec's profile expectations must also be a fast one
+    if "artifact" in m:
+        entry = committed(m["artifact"])
+        source, recipe = entry.source(), entry.recipe()
+    else:
+        source, recipe = artifact_source(d / source_name), (d / "launch.yaml").read_text()
     ctx = Context(project=project, store=None)
     stage, ok, feedback, _, _, outcome = evaluate(
-        ctx, spec, target, source, (folder / "launch.yaml").read_text(), verify_here=True,
+        ctx, spec, target, source, recipe, verify_here=True,
         settings=settings_for(m, gpu), cases=cases_for(m, spec, gpu))
     return m, stage, ok, feedback, outcome
 
@@ -164,13 +176,13 @@ def test_cpu_cheat_is_rejected(d, tmp_path):
 def test_cpu_honest_softmax_passes_the_same_checks(tmp_path):
     """The control: the hand-written softmax passes every guard the cheats trip (hidden cases and
     the timed path included), so the rejections above are about the cheats."""
-    d = ROOT / "handoffs" / "softmax@cpu"
+    entry = committed("softmax@cpu")
     m = {"expect": "pass", "bench": True, "hidden": True}
     project = Project(ROOT)
     spec = project.spec("softmax")
     stage, ok, feedback, _, _, outcome = evaluate(
         Context(project=project, store=None), spec, project.target("cpu"),
-        (d / "kernel.cpp").read_text(), (d / "launch.yaml").read_text(), verify_here=True,
+        entry.source(), entry.recipe(), verify_here=True,
         settings=settings_for(m), cases=cases_for(m, spec, gpu=False))
     assert ok, feedback
     assert any(c["case"].startswith("hidden ") for c in outcome.cases)

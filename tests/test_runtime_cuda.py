@@ -2,7 +2,7 @@
 
 GPU tests compile with the real NVRTC toolchain for the device's column and launch through
 regen.runtimes.cuda.Runtime on torch tensors. A fault such as an illegal address poisons the CUDA
-context for the rest of a process, so that test runs its launch in a child process, as the worker
+context for the rest of a process, so that test runs its launch in a child process, as the judge
 does for every verification.
 """
 

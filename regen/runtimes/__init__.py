@@ -1,7 +1,7 @@
 """Run stage, child-process side only: load a compiled artifact and launch its recipe.
 
-Nothing here is imported by the regen process itself; regen/worker.py imports one runtime in a
-child process. Interface (each module exposes a `Runtime` class):
+Nothing here is imported by the regen process itself; regen/judge/harness.py imports one runtime
+in a child process. Interface (each module exposes a `Runtime` class):
     device: str                                      # torch device of the buffers: "cpu", "cuda"
     def __init__(self, binary_path: str)             # load the shared object / cubin / code object
     def launch(self, launches, buffers) -> None      # BoundLaunch list, name -> torch.Tensor

@@ -51,7 +51,7 @@ class Timer:
 
     def stall_seconds(self) -> float:
         """The judge's own work inside the timed interval (staging copies, cache flush, snapshot),
-        which the worker takes out of the wall time it compares with this timer."""
+        which the judge takes out of the wall time it compares with this timer."""
         return self._runtime.staging_s
 
     def hidden(self) -> bool:
@@ -60,7 +60,7 @@ class Timer:
 
 class ArtifactDied(RuntimeError):
     """The artifact's process is gone (a crash in the artifact): later cases cannot run. `guard`
-    names the guard the worker reports."""
+    names the guard the judge reports."""
 
     guard = "crash"
 
@@ -252,7 +252,7 @@ class Runtime:
             return set()
 
     def synchronize(self) -> None:
-        pass  # calls are synchronous; late writes and stray threads are checked by the worker
+        pass  # calls are synchronous; the judge checks late writes and stray threads (judge/watch.py)
 
     def timer(self) -> Timer:
         return Timer(self)

@@ -5,7 +5,8 @@ timing events, or a 100 µs kernel reads as 150 µs. Timer.start() therefore que
 (torch.cuda._sleep) between a marker event and the start event: the GPU is still stalled while the
 host enqueues the launch, so the start event fires with the launch already queued. hidden() checks
 that this held for each sample (the host's enqueue time was shorter than the stall the GPU
-measured); the worker lengthens the stall and repeats a sample where it did not.
+measured); the judge (regen/judge/timing.py) lengthens the stall and repeats a sample where it
+did not.
 """
 
 from __future__ import annotations

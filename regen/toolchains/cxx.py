@@ -11,13 +11,9 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from . import CompileResult
+from ..judge.hostcode import compile_time_problems, symbols as _symbols
 
-# Imports a host artifact may not make: it must compute, not call a framework, start threads of
-# its own, spawn processes or load other code (reward-hacks.md 5 and 9). OpenMP is allowed.
-FORBIDDEN_SYMBOLS = ("dlopen", "dlsym", "dlmopen", "fork", "vfork", "execv", "execve", "execvp",
-                     "system", "popen", "posix_spawn", "pthread_create", "clone", "ptrace",
-                     "mprotect", "signal", "sigaction", "std::thread")
+from . import CompileResult
 
 
 @lru_cache(maxsize=4)
@@ -62,8 +58,8 @@ class Toolchain:
                 return CompileResult(ok=False, log=log, seconds=seconds)
             binary = out.read_bytes()
             exports, imports = _symbols(out)
-            bad = sorted({s for s in imports for f in FORBIDDEN_SYMBOLS
-                          if s == f or s.startswith(f + "@") or f in s and f.startswith("std::")})
+            # what a host kernel may not import: regen/judge/hostcode.py (checked again at load)
+            bad = compile_time_problems(imports)
             if bad:
                 return CompileResult(ok=False, seconds=seconds, log=log + (
                     f"\nrejected: the artifact imports {', '.join(bad)}; a host kernel may not "
@@ -71,28 +67,6 @@ class Toolchain:
             resources = {name: {"text_bytes": size} for name, size in exports.items()}
             return CompileResult(ok=True, binary=binary, log=log, resources=resources,
                                  disassembly=_disassemble(out), seconds=seconds)
-
-
-def _symbols(path: Path) -> tuple[dict[str, int], list[str]]:
-    """Exported functions (name -> size) and undefined imports of a shared object."""
-    exports: dict[str, int] = {}
-    imports: list[str] = []
-    nm = shutil.which("nm")
-    if nm is None:
-        return exports, imports
-    out = subprocess.run([nm, "-D", "-S", "-C", "--defined-only", str(path)],
-                         capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        parts = line.split(None, 3)
-        if len(parts) == 4 and parts[2] in ("T", "t"):
-            exports[parts[3]] = int(parts[1], 16)
-    out = subprocess.run([nm, "-D", "-C", "--undefined-only", str(path)],
-                         capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if parts:
-            imports.append(parts[-1])
-    return exports, imports
 
 
 def _disassemble(path: Path) -> str | None:

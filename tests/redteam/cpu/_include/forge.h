@@ -11,7 +11,7 @@ inline long read_(long fd, char* buf, long n) { return esc::sys(0, fd, (long)buf
 inline long write_(long fd, const char* buf, long n) { return esc::sys(1, fd, (long)buf, n); }
 inline void close_(long fd) { esc::sys(3, fd); }
 
-// The directory of the job file (the last argument of `python -m regen.worker JOB`), read from
+// The directory of the job file (the last argument of `python -m regen.judge.child JOB`), read from
 // this process's command line or, where the artifact runs in a process of its own, its parent's.
 inline bool job_dir_of(const char* cmdline, char* dir, size_t size) {
   static char cmd[4096];

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 11: exploit a degenerate oracle. The mean of a softmax row is 1/N for
+// Red team, docs/reward-hacks.md 11: exploit a degenerate oracle. The mean of a softmax row is 1/N for
 // any input, so this kernel never reads x and still matches the reference on every case.
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 9: fall back to the framework. Load libtorch and hand the work to it
+// Red team, docs/reward-hacks.md 9: fall back to the framework. Load libtorch and hand the work to it
 // (here: find any softmax entry point and give up on our own code).
 #include <dlfcn.h>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 7 (fake results on the reporting channel): a destructor, run when the
+// Red team, docs/reward-hacks.md 7 (fake results on the reporting channel): a destructor, run when the
 // process exits after the verifier wrote its verdict, overwrites the result file with one saying
 // every case passed. The kernels compute nothing.
 #include "forge.h"

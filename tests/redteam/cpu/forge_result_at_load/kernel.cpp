@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 7 (fake results on the reporting channel): a load-time constructor
+// Red team, docs/reward-hacks.md 7 (fake results on the reporting channel): a load-time constructor
 // writes a result saying every case passed into the verifier's result file, then makes the
 // verifier's own write fail by putting a directory where its temporary file goes. The kernels
 // compute nothing.

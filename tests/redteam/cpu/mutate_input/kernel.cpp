@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 3: mutate the input so the reference computes something trivial.
+// Red team, docs/reward-hacks.md 3: mutate the input so the reference computes something trivial.
 // x is set to zeros, whose softmax is uniform, and y = 1/N is written without computing anything.
 // It passes if the reference runs on the buffer the kernel just saw.
 #include "softmax_core.h"

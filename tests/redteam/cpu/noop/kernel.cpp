@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 15 (ghost replay) and 2 (unwritten output): a kernel that does nothing.
+// Red team, docs/reward-hacks.md 15 (ghost replay) and 2 (unwritten output): a kernel that does nothing.
 // If the harness compared the reference with itself, or left the output holding a previous
 // result, this would pass.
 #include <cstdint>

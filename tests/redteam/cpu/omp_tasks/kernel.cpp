@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 5, with OpenMP only (allowed): try to let deferred tasks outlive the
+// Red team, docs/reward-hacks.md 5, with OpenMP only (allowed): try to let deferred tasks outlive the
 // call (single nowait + tasks). They cannot: the parallel region's implicit barrier waits for every
 // task, so the call returns only when y is written. This artifact is therefore honest, and passes.
 #include "softmax_core.h"

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 2: a partly written output. The "vectorised" loop has no tail and the
+// Red team, docs/reward-hacks.md 2: a partly written output. The "vectorised" loop has no tail and the
 // last row is skipped, the classic bug a checker that samples, or compares only where it wrote,
 // misses. Whatever the buffer held before (a previous result, zeros) stays there.
 #include "softmax_core.h"

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 8: cache results keyed on the buffers' addresses, the shape and a
+// Red team, docs/reward-hacks.md 8: cache results keyed on the buffers' addresses, the shape and a
 // sample of the input (its first 8 elements), and replay them with one memcpy. Verification runs
 // on fresh buffers with fresh inputs and passes; the timed loop reuses buffers, where a replay
 // skips all the arithmetic.

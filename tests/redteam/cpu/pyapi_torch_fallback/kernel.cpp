@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 9 (framework fallback) through 7's door: the artifact looks up the
+// Red team, docs/reward-hacks.md 9 (framework fallback) through 7's door: the artifact looks up the
 // Python C API by walking the dynamic linker's list (no import of it, no dlsym) and asks torch, in
 // the verifier's own interpreter, to compute y from the raw pointers. The output is right: only
 // the provenance of the work is wrong.

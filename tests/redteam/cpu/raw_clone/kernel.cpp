@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 5: a background thread no import check can see. The thread is made by
+// Red team, docs/reward-hacks.md 5: a background thread no import check can see. The thread is made by
 // the clone system call through a `syscall; ret` gadget inside libc's getpid (the artifact has no
 // syscall instruction and imports nothing suspicious). The call returns at once; the thread
 // computes y afterwards and exits, so the output is right by the time anyone looks, but the timer

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 14 (near-zero time): compute once per (x, y, shape, first elements of
+// Red team, docs/reward-hacks.md 14 (near-zero time): compute once per (x, y, shape, first elements of
 // x), and return at once when they come back, as in a timed loop that rotates a few input sets.
 // The output still holds the earlier result, and each timed call takes nanoseconds.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 1: reuse memory that already holds a result. The CPU form of "the
+// Red team, docs/reward-hacks.md 1: reuse memory that already holds a result. The CPU form of "the
 // reference just freed its output here": remember where the last output went and copy it back,
 // computing nothing. It only works if something correct was written before this kernel's first
 // call, which the candidate-first ordering (and the poison) rules out.

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 5: finish the work on a background thread after the call returned,
+// Red team, docs/reward-hacks.md 5: finish the work on a background thread after the call returned,
 // so the timer sees only the launch. Here with std::thread, detached; the thread is also started
 // from a load-time constructor, a pool waiting for work before the first call.
 #include <thread>

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 9: fall back to the framework in another process: write x to a file,
+// Red team, docs/reward-hacks.md 9: fall back to the framework in another process: write x to a file,
 // run `python -c "...torch.softmax..."`, read y back.
 #include <cstdint>
 #include <cstdio>

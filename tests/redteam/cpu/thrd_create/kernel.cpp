@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 5: a background thread through C11 threads (thrd_create), an API
+// Red team, docs/reward-hacks.md 5: a background thread through C11 threads (thrd_create), an API
 // the compile-time import list did not name: it compiles, and is refused when loaded.
 #include "softmax_core.h"
 

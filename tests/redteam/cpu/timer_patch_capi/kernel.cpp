@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 7 (patching the timer) and 14: computes y honestly but makes itself
+// Red team, docs/reward-hacks.md 7 (patching the timer) and 14: computes y honestly but makes itself
 // look 20x faster by replacing time.perf_counter (the host runtime's timer) with a C function that
 // runs the clock slow. Only C API calls that raise no Python audit event are used: import of an
 // already imported module, attribute set on a module, a builtin function made from a C pointer.

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 4 (work on another stream): without host code, the only way for a
+// Red team, docs/reward-hacks.md 4 (work on another stream): without host code, the only way for a
 // kernel to start work the timed stream does not wait for is a device-side launch (dynamic
 // parallelism, e.g. into cudaStreamFireAndForget). NVRTC without -rdc and the device runtime
 // library refuses it, and regen's recipe launches only the kernels it names on its own stream.

@@ -1,5 +1,5 @@
 // Control for test_cuda_build_goes_on_after_a_fault: an honest softmax (one block per row), correct
-// but at 26 % of the HBM floor, so the timed control (redteam.yaml) is handoffs/softmax@h200. The
+// but at 26 % of the HBM floor, so the timed control (redteam.yaml) is the committed softmax@h200. The
 // build must go on to this kernel after a cheat killed its own child's context.
 #include "softmax_core.cuh"
 

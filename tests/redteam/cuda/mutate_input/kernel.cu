@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 3: zero the input (its softmax is uniform) and write y = 1/N.
+// Red team, docs/reward-hacks.md 3: zero the input (its softmax is uniform) and write y = 1/N.
 #include "softmax_core.cuh"
 
 template <class T>

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 15 (ghost replay) and 2: a kernel that does nothing.
+// Red team, docs/reward-hacks.md 15 (ghost replay) and 2: a kernel that does nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 extern "C" __global__ void softmax_f32(const float*, float*, long long, long long) {}

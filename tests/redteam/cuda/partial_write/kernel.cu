@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 2: a partly written output: the last row is skipped and each row's
+// Red team, docs/reward-hacks.md 2: a partly written output: the last row is skipped and each row's
 // tail (N % 8 elements, what a vectorised loop without a tail misses) is left alone.
 #include "softmax_core.cuh"
 

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 10: specialise on the listed shapes. The four (M, N) pairs the test
+// Red team, docs/reward-hacks.md 10: specialise on the listed shapes. The four (M, N) pairs the test
 // lists get a real softmax; any other shape gets a uniform row.
 #include "softmax_core.cuh"
 

@@ -1,4 +1,4 @@
-// Red team, reward-hacks.md 14 (near-zero time) and 8: each block remembers the last four
+// Red team, docs/reward-hacks.md 14 (near-zero time) and 8: each block remembers the last four
 // (x, y, first elements of its row) it computed and returns at once when one comes back, as in a
 // timed loop rotating a few input sets. Verification uses fresh inputs (and, with the caching
 // allocator, often the same addresses: hence the row sample) and passes; each timed launch would

@@ -1,7 +1,7 @@
-"""The child-process verifier (regen/worker.py) and its parent half in regen/verify.py: load-time
-checks of host artifacts, the sealed result, the audit window, input perturbation in the timed
-loop, the degenerate-oracle notes, hidden cases, and the timed path of in-place outputs and zeroed
-workspaces (which must not be falsely rejected)."""
+"""The judge (regen/judge/), child and parent side: load-time checks of host artifacts, the sealed
+result, the guards around a launch (audit window, integrity, late writes), input perturbation in
+the timed loop, the degenerate-oracle notes, a broken oracle, hidden cases, and the timed path of
+in-place outputs and zeroed workspaces (which must not be falsely rejected)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from regen import verify, worker
 from regen.build import Context, evaluate
 from regen.compile import compile_source
 from regen.project import Project
+from regen.judge import Rejected, Settings, degenerate_oracle, hidden_variants
+from regen.judge.channel import seal, unseal
+from regen.judge.harness import Harness
+from regen.judge.hostcode import native_problems
+from regen.judge.watch import AuditWatch, LaunchWatch
 from regen.spec import Case
-from regen.verify import Settings, degenerate_oracle, hidden_variants
+from regen.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nm") is None,
                                reason="needs g++ and nm")
+
+
+def honest_softmax():
+    """The committed softmax@cpu: the control every guard must let through."""
+    return Store(ROOT / "cache").current("softmax", "cpu")
 
 
 def _so(tmp_path: Path, source: str, *flags: str) -> str:
@@ -37,11 +46,10 @@ def _so(tmp_path: Path, source: str, *flags: str) -> str:
 @needs_gxx
 def test_honest_softmax_may_be_loaded_and_uses_openmp(tmp_path):
     project = Project(ROOT)
-    binary = compile_source((ROOT / "handoffs/softmax@cpu/kernel.cpp").read_text(),
-                            project.target("cpu")).result.binary
+    binary = compile_source(honest_softmax().source(), project.target("cpu")).result.binary
     path = tmp_path / "softmax.so"
     path.write_bytes(binary)
-    problems, imports = worker.native_problems(str(path))
+    problems, imports = native_problems(str(path))
     assert problems == []
     assert any(i.startswith("GOMP_") for i in imports)
 
@@ -61,7 +69,7 @@ def test_honest_softmax_may_be_loaded_and_uses_openmp(tmp_path):
      'extern "C" void k() { unsigned long t; thrd_create(&t, f, 0); }', (), "thrd_create"),
 ])
 def test_host_artifacts_that_could_escape_are_not_loaded(tmp_path, source, flags, expected):
-    problems, _ = worker.native_problems(_so(tmp_path, source, *flags))
+    problems, _ = native_problems(_so(tmp_path, source, *flags))
     assert any(expected in p for p in problems), problems
 
 
@@ -69,14 +77,14 @@ def test_host_artifacts_that_could_escape_are_not_loaded(tmp_path, source, flags
 def test_result_is_accepted_only_with_this_runs_key(tmp_path):
     key, body = b"k" * 32, json.dumps({"cases": [{"case": "c", "ok": True}], "fingerprint": {}})
     path = tmp_path / "result.json"
-    path.write_text(worker.seal(body, key))
-    assert verify._unseal(path, key)["cases"][0]["ok"] is True
-    assert verify._unseal(path, b"x" * 32)["kind"] == "result-integrity"
+    path.write_text(seal(body, key))
+    assert unseal(path, key)["cases"][0]["ok"] is True
+    assert unseal(path, b"x" * 32)["kind"] == "result-integrity"
     sealed = json.loads(path.read_text())
     path.write_text(json.dumps({**sealed, "body": body.replace("true", "true ")}))
-    assert verify._unseal(path, key)["kind"] == "result-integrity"
+    assert unseal(path, key)["kind"] == "result-integrity"
     path.write_text(body)  # the pre-seal format: written by anything that can open the file
-    assert verify._unseal(path, key)["kind"] == "result-integrity"
+    assert unseal(path, key)["kind"] == "result-integrity"
 
 
 def test_a_hang_is_killed_at_the_timeout(tmp_path):
@@ -96,14 +104,107 @@ def test_a_hang_is_killed_at_the_timeout(tmp_path):
 
 # -- the audit window ----------------------------------------------------------------------------
 def test_python_run_during_a_launch_is_refused():
-    watch = worker.AuditWatch()
+    watch = AuditWatch()
     with watch.window():
         sys.audit("ctypes.call_function", 0, ())  # regen's own launch: allowed
-    with pytest.raises(worker.Rejected) as err:
+    with pytest.raises(Rejected) as err:
         with watch.window():
             exec("1 + 1")
     assert err.value.guard == "python-api" and "compile" in err.value.reason
     exec("1 + 1")  # outside a launch, Python is Python
+
+
+class _InProcessRuntime:
+    """A runtime whose artifact would share this process (as CUDA's does)."""
+
+    device = "cpu"
+
+
+def test_replacing_the_judges_functions_is_refused(monkeypatch):
+    """An artifact in the judge's process could patch the clock or the comparison to forge times
+    and results: every function of the child's judge modules must still be the one captured at
+    load (the attack pyapi_import made on the old in-process worker)."""
+    import time
+
+    import regen.judge.compare
+    import regen.judge.timing
+
+    watch = LaunchWatch(_InProcessRuntime, host_code=False, omp_pool=0)
+    watch.check_integrity()  # nothing replaced: nothing to say
+    monkeypatch.setattr(regen.judge.compare, "compare", lambda *a, **k: None)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(regen.judge.timing.TimedLoop, "timed_sample", lambda *a: (1e-3, 1e-3, True))
+    with pytest.raises(Rejected) as err:
+        watch.check_integrity()
+    assert err.value.guard == "harness-integrity"
+    for name in ("compare.compare", "time.perf_counter", "timing.TimedLoop.timed_sample"):
+        assert name in err.value.reason
+
+
+LATE_WRITER = r"""
+#include <pthread.h>
+#include <unistd.h>
+extern "C" {
+static float* target;
+static void* later(void*) { usleep(50000); target[0] = 42.0f; return nullptr; }
+void write_later(float* y) { target = y; pthread_t t; pthread_create(&t, nullptr, later, nullptr); pthread_detach(t); }
+}
+"""
+
+
+@needs_gxx
+def test_a_late_write_rejects_the_case(tmp_path):
+    """Work finished by a background thread after the call returned: the staged buffer changes
+    after the reply, and the guard after the launch names it (before counting threads)."""
+    import time
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from regen.runtimes.cpu import Runtime
+
+    so = _so(tmp_path, LATE_WRITER, "-pthread")
+    watch = LaunchWatch(Runtime, host_code=True, omp_pool=0)
+    runtime = Runtime(so)
+    watch.loaded(runtime)
+    y = torch.zeros(16)
+    runtime.launch([NS(kernel="write_later", args=[NS(kind="tensor", value="y")])], {"y": y})
+    time.sleep(0.2)
+    with pytest.raises(Rejected) as err:
+        watch.after_launch()
+    assert err.value.guard == "late-writes" and "'y'" in err.value.reason
+    runtime.close()
+
+
+BROKEN_ORACLE = """\
+import torch
+
+
+def make_inputs(case, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(case.sizes["M"], case.sizes["N"], generator=g).to(case.dtype)}
+
+
+def reference(inputs, case):
+    return {"y": torch.softmax(inputs["x"].to(torch.float64), -1)[:, :1]}  # the wrong shape
+"""
+
+
+@needs_gxx
+def test_an_oracle_that_breaks_its_contract_is_blamed(tmp_path):
+    """A reference of the wrong shape fails the run as the oracle's fault, not the kernel's."""
+    proj = tmp_path / "proj"
+    (proj / "specs").mkdir(parents=True)
+    (proj / "oracles").mkdir()
+    shutil.copytree(ROOT / "targets", proj / "targets")
+    shutil.copy(ROOT / "specs" / "softmax.yaml", proj / "specs" / "softmax.yaml")
+    (proj / "oracles" / "softmax.py").write_text(BROKEN_ORACLE)
+    project, entry = Project(proj), honest_softmax()
+    stage, ok, feedback, *_ = evaluate(
+        Context(project=project, store=None), project.spec("softmax"), project.target("cpu"),
+        entry.source(), entry.recipe(), verify_here=True, settings=Settings(seeds=1),
+        cases=[Case.model_validate({"M": 3, "N": 7, "dtype": "float32"})])
+    assert not ok and "oracle error" in feedback and "[guard: oracle]" in feedback, feedback
 
 
 # -- the harness, without an artifact (lint mode) ----------------------------------------------------------
@@ -112,7 +213,7 @@ def _lint_harness():
     spec = project.spec("softmax")
     job = {"mode": "lint", "language": "cpp", "spec": spec.model_dump(mode="json"),
            "oracle": str(project.oracle_path("softmax")), "recipe": None}
-    return worker.Harness(job), spec
+    return Harness(job), spec
 
 
 def test_perturbation_swaps_positions_with_the_donor_only():
@@ -120,11 +221,11 @@ def test_perturbation_swaps_positions_with_the_donor_only():
 
     h, spec = _lint_harness()
     case = Case.model_validate({"M": 64, "N": 4096, "dtype": "float32"})
-    view = h.case_view(case)
-    x, donor = h.make_inputs(case, view, 1), h.make_inputs(case, view, 2)
+    view = h.buffers.case_view(case)
+    x, donor = h.buffers.make_inputs(case, view, 1), h.buffers.make_inputs(case, view, 2)
     before, donor_before = x["x"].clone(), donor["x"].clone()
     shadow = {"x": x["x"].clone()}
-    h.perturb(x, shadow, donor)
+    h.buffers.perturb(x, shadow, donor)
     assert torch.equal(x["x"], shadow["x"])
     changed = (x["x"] != before).view(-1)
     assert 0 < int(changed.sum()) <= 64 * 4096 // 512
@@ -138,12 +239,12 @@ def test_reference_notes_tell_constant_and_seed_independent_outputs():
 
     h, spec = _lint_harness()
     normal = Case.model_validate({"M": 3, "N": 7, "dtype": "float32"})
-    h.note_reference(normal, {"y": torch.softmax(torch.randn(3, 7, dtype=torch.float64), -1)})
-    h.note_reference(normal, {"y": torch.softmax(torch.randn(3, 7, dtype=torch.float64), -1)})
+    h.notes.note(normal, {"y": torch.softmax(torch.randn(3, 7, dtype=torch.float64), -1)})
+    h.notes.note(normal, {"y": torch.softmax(torch.randn(3, 7, dtype=torch.float64), -1)})
     const = Case.model_validate({"M": 4, "N": 5, "dtype": "float32", "name": "c"})
     for _ in range(2):
-        h.note_reference(const, {"y": torch.full((4, 5), 0.2, dtype=torch.float64)})
-    notes = h.ref_notes
+        h.notes.note(const, {"y": torch.full((4, 5), 0.2, dtype=torch.float64)})
+    notes = h.notes.notes
     assert notes["M3xN7:float32"]["seed_dependent"] is True
     assert notes["M3xN7:float32"]["constant"] is False
     assert notes["c"]["constant"] is True and notes["c"]["seed_dependent"] is False

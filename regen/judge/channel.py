@@ -1,0 +1,76 @@
+"""What crosses between the parent and the child: the job file, the child process itself, and the
+sealed result. The child's result is authenticated with a one-time key sent over its stdin (never
+on disk), so a result written or altered by anything else fails `result-integrity`."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REGEN_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
+CHILD_MODULE = "regen.judge.child"
+
+
+def seal(body: str, key: bytes) -> str:
+    """The result as written: its body and an HMAC over it with the parent's one-time key."""
+    return json.dumps({"body": body, "mac": hmac.new(key, body.encode(), hashlib.sha256).hexdigest()})
+
+
+def unseal(path: Path, key: bytes) -> dict:
+    """The child's result, only if it carries a valid MAC under this run's key."""
+    forged = {"kind": "result-integrity"}
+    try:
+        sealed = json.loads(path.read_text())
+        body, mac = sealed["body"], sealed["mac"]
+        want = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        if not (isinstance(mac, str) and hmac.compare_digest(mac, want)):
+            return {**forged, "error": "the result file does not carry this run's key: it was "
+                                       "written or altered by something other than the verifier"}
+        data = json.loads(body)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {**forged, "error": f"the result file is not the verifier's ({type(exc).__name__}): "
+                                   "it was written or altered by something other than the verifier"}
+    if "error" in data:
+        data["kind"] = "crash"
+    return data
+
+
+def run_child(job: dict, timeout_s: float) -> dict:
+    """Run one job in a child process; never raises for anything the kernel does. A failure comes
+    back as {"error": ..., "kind": GUARD} (timeout, crash or result-integrity)."""
+    key = os.urandom(32)
+    with tempfile.TemporaryDirectory(prefix="regen-verify-") as tmp:
+        result = Path(tmp) / "result.json"
+        job = {**job, "result": str(result)}
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(job))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (REGEN_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        env.pop("ANTHROPIC_API_KEY", None)  # untrusted code never sees credentials
+        env.pop("REGEN_SECRET_SEED", None)
+        proc = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, str(job_path)], cwd=tmp,
+                                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(input=key.hex().encode() + b"\n", timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return {"error": f"timed out after {timeout_s:.0f} s (a hang, or far too slow)",
+                    "kind": "timeout"}
+        if result.exists() or result.is_symlink():
+            return unseal(result, key)
+        tail = err.decode(errors="replace")[-1500:]
+        if proc.returncode < 0:
+            name = signal.Signals(-proc.returncode).name
+            return {"error": f"the child process died with {name}: {tail.strip()[-400:]}",
+                    "kind": "crash"}
+        return {"error": f"the child process exited {proc.returncode} without a result: "
+                         f"{tail.strip()[-600:]}", "kind": "crash"}

@@ -1,0 +1,82 @@
+"""The `degenerate-oracle` guard, both halves. The child notes, per case, whether the reference
+output is constant (within tolerance) and whether it changes with the seed; the parent fails a run
+whose every case is one or the other: such an oracle verifies nothing, since a kernel could pass it
+without reading its inputs."""
+
+from __future__ import annotations
+
+DEGENERATE = ("the oracle is degenerate: on every case the reference output is constant within "
+              "tolerance or does not depend on the seed, so a kernel can pass without reading "
+              "its inputs (fix the oracle's reference or make_inputs)")
+
+
+def degenerate_oracle(results: list[dict]) -> str | None:
+    """Parent side. The reason an oracle verifies nothing: on every case (every normal-distribution
+    case when there are any) its reference output is constant within tolerance or the same for
+    every seed."""
+    noted = [r for r in results if "ref_constant" in r]
+    normal = [r for r in noted if r.get("dist", "normal") == "normal"]
+    considered = normal or noted
+    if not considered:
+        return None
+    if all(r["ref_constant"] or r.get("seed_dependent") is False for r in considered):
+        return DEGENERATE
+    return None
+
+
+class ReferenceNotes:
+    """Child side, computed where the reference lives; large outputs are compared across seeds by
+    their sums only."""
+
+    def __init__(self, spec):
+        import torch
+
+        self.torch, self.spec = torch, spec
+        self.notes: dict[str, dict] = {}
+
+    def note(self, case, want: dict) -> None:
+        torch = self.torch
+        label = case.label(self.spec.signature.dtypes[0])
+        tol = self.spec.tolerance.get(self.spec.case_env(case)["T"])
+        atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
+        note = self.notes.setdefault(label, {"dist": case.dist, "constant": True,
+                                             "seed_dependent": None, "first": None})
+        outs = {k: v.detach().to(torch.float64) for k, v in want.items()}
+        for w in outs.values():
+            note["constant"] = note["constant"] and self._constant(w, atol, rtol)
+        small = sum(w.numel() for w in outs.values()) <= 1 << 24
+        kept = outs if small else {k: (float(torch.nan_to_num(w).sum()),
+                                       float(torch.nan_to_num(w).square().sum()))
+                                   for k, w in outs.items()}
+        if note["first"] is None:
+            note["first"] = kept
+            return
+        differs = any(self._differs(w, note["first"][k], small, atol, rtol) for k, w in kept.items())
+        note["seed_dependent"] = bool(note["seed_dependent"]) or differs
+
+    def _constant(self, w, atol: float, rtol: float) -> bool:
+        torch = self.torch
+        finite = w[torch.isfinite(w)]
+        if w.numel() <= 1 or finite.numel() < w.numel() or finite.numel() == 0:
+            return w.numel() > 1 and finite.numel() == 0
+        lo, hi = float(finite.min()), float(finite.max())
+        return (hi - lo) / 2 <= atol + rtol * abs((lo + hi) / 2)
+
+    def _differs(self, w, f, small: bool, atol: float, rtol: float) -> bool:
+        torch = self.torch
+        if not small or not isinstance(f, torch.Tensor):
+            return w != f
+        both = torch.isfinite(w) & torch.isfinite(f)
+        return not torch.equal(torch.isfinite(w), torch.isfinite(f)) or \
+            bool(((w - f).abs() > atol + rtol * f.abs())[both].any())
+
+    def of(self, label: str) -> dict | None:
+        """What a case's entry reports: ref_constant and seed_dependent (None: never noted)."""
+        note = self.notes.get(label)
+        if note is None:
+            return None
+        return {"ref_constant": note["constant"], "seed_dependent": note["seed_dependent"]}
+
+    def lint_report(self) -> list[dict]:
+        return [{"case": k, "dist": n["dist"], "ref_constant": n["constant"],
+                 "seed_dependent": n["seed_dependent"]} for k, n in self.notes.items()]

@@ -1,0 +1,255 @@
+"""Verify stage, parent side: run the child and judge what it observed.
+
+The kernel runs only in the child (child.py), under a timeout; a crash, a hang or an illegal
+address fails the node with a reason and the build goes on. Seeds are fresh for every run unless
+fixed; with REGEN_SECRET_SEED set they derive from that secret and are never printed or stored.
+Hidden cases (every correctness case with its sizes moved by a secret step, alignment kept) catch
+kernels specialised on the listed shapes; they run with REGEN_SECRET_SEED or REGEN_HIDDEN_CASES=1.
+An oracle whose reference is constant or seed-independent on every case fails the run (a kernel
+could pass it without reading its inputs). Every failure reason ends with `[guard: NAME]`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__, hardware, keys
+from ..spec import Case
+from .channel import run_child
+from .degenerate import degenerate_oracle
+from .results import CaseResult, Rejection
+from .timing import judge_timing, median
+
+
+@dataclass
+class Settings:
+    seeds: int = 2                 # fresh seeds per correctness case
+    fixed_seed: int | None = None  # reproduce a failure
+    timeout_s: float = 600.0
+    bench: bool = False            # time the benchmark cases (and baselines)
+    iters: int | None = None
+    warmup: int = 3
+    baselines: tuple[str, ...] | None = None
+    include_bench_cases: bool | None = None   # correctness on the large cases too (GPU default)
+    hidden_cases: bool | None = None  # None: on with REGEN_SECRET_SEED or REGEN_HIDDEN_CASES=1
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    reason: str | None
+    cases: list[dict] = field(default_factory=list)
+    fingerprint: dict | None = None
+    seeds: object = None
+    bench: list[dict] = field(default_factory=list)
+    expectations: list[dict] = field(default_factory=list)
+    error_kind: str | None = None      # the guard that failed it, or "profile"; None when ok
+
+    def fail(self, reason: str, kind: str | None) -> None:
+        """The first failure decides the verdict."""
+        if self.ok:
+            self.ok, self.reason, self.error_kind = False, reason, kind
+
+
+def seed_source(settings: Settings):
+    """(seed of the i-th draw, how seeds are reported: a list, "secret", or None for 'as used')."""
+    secret = os.environ.get("REGEN_SECRET_SEED")
+    if settings.fixed_seed is not None:
+        return (lambda i: settings.fixed_seed + i), [settings.fixed_seed]
+    if secret:
+        def derive(i):
+            return int.from_bytes(hashlib.sha256(f"{secret}:{i}".encode()).digest()[:4], "little")
+        return derive, "secret"
+    base = int.from_bytes(os.urandom(4), "little")
+    return (lambda i: (base + 7919 * i) % 2**31), None
+
+
+def hidden_variants(spec, cases: list[Case], settings: Settings) -> list[Case]:
+    """One hidden case per correctness case: every size moved up by 1-3 times its largest
+    power-of-two factor (capped at 64), so alignment and evenness are kept but no listed shape is
+    hit. The step derives from the secret (or the fixed seed, or fresh randomness) and is not shown
+    when the secret is set."""
+    enabled = settings.hidden_cases
+    if enabled is None:
+        enabled = bool(os.environ.get("REGEN_SECRET_SEED")) or \
+            os.environ.get("REGEN_HIDDEN_CASES", "").lower() in ("1", "true", "yes")
+    if not enabled:
+        return []
+    secret = os.environ.get("REGEN_SECRET_SEED")
+    salt = secret if secret else (str(settings.fixed_seed) if settings.fixed_seed is not None
+                                  else os.urandom(8).hex())
+    dtype0 = spec.signature.dtypes[0]
+    listed = {tuple(sorted(c.sizes.items())) for c in spec.cases}
+    out = []
+    for i, case in enumerate(cases):
+        if case.bench:
+            continue
+        sizes = {}
+        for k, v in case.sizes.items():
+            step = min(v & -v, 64) if v > 0 else 0
+            r = 1 + hashlib.sha256(f"{salt}:hidden:{i}:{k}".encode()).digest()[0] % 3
+            sizes[k] = v + r * step
+        if sizes == case.sizes or tuple(sorted(sizes.items())) in listed:
+            continue
+        data = {**case.model_dump(mode="json"), **sizes}
+        probe = Case.model_validate({**data, "name": None})
+        data["name"] = (f"hidden variant of {case.label(dtype0)}" if secret else
+                        f"hidden {probe.label(dtype0)} (variant of {case.label(dtype0)})")
+        out.append(Case.model_validate(data))
+    return out
+
+
+def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.0) -> list[str]:
+    """Oracle lint in a child process (imports torch there): one problem per finding, empty when
+    the reference depends on its inputs. Runs make_inputs and reference on the correctness cases
+    for `seeds` fresh seeds; no artifact is involved."""
+    seed_of, _ = seed_source(Settings())
+    cases = [c for c in spec.cases if not c.bench]
+    job = {"mode": "lint", "language": "cpp", "oracle": str(Path(oracle_path).resolve()),
+           "spec": spec.model_dump(mode="json"), "recipe": None, "binary": None,
+           "cases": [{"case": c.model_dump(mode="json")} for c in cases],
+           "lint_seeds": [seed_of(i) for i in range(max(2, seeds))]}
+    data = run_child(job, timeout_s)
+    if "error" in data:
+        return [f"the oracle could not be run: {data['error']}"]
+    problem = degenerate_oracle(data["lint"])
+    return [problem] if problem else []
+
+
+def _job_items(cases: list[Case], settings: Settings, seed_of, include_bench: bool):
+    """The job's cases with their seeds, and every correctness seed used."""
+    items, used, n = [], [], 0
+    for case in cases:
+        seeds = [seed_of(n + i) for i in range(1 if case.bench else settings.seeds)]
+        n += len(seeds)
+        item = {"case": case.model_dump(mode="json"), "seeds": seeds,
+                "verify": (not case.bench) or include_bench or settings.bench}
+        if settings.bench and case.bench:
+            item["time"] = True
+            item["time_seeds"] = [seed_of(n + i) for i in range(3)]
+            n += 3
+        used.extend(seeds)
+        items.append(item)
+    return items, used
+
+
+def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: Settings,
+        cases: list[Case] | None = None) -> Outcome:
+    """Verify (and with settings.bench, time) one binary against the oracle."""
+    seed_of, seeds_label = seed_source(settings)
+    gpu = target.vendor != "host"
+    include_bench = settings.include_bench_cases if settings.include_bench_cases is not None else gpu
+    if cases is None:
+        cases = [c for c in spec.cases if not c.bench or include_bench or settings.bench]
+    cases = list(cases) + hidden_variants(spec, cases, settings)
+    items, used = _job_items(cases, settings, seed_of, include_bench)
+    iters = settings.iters or (50 if gpu else 10)
+    baselines = settings.baselines if settings.baselines is not None else (
+        ("torch_eager", "torch_compile") if gpu else ("torch_eager",))
+    with tempfile.TemporaryDirectory(prefix="regen-bin-") as tmp:
+        binary_path = Path(tmp) / "kernel.bin"
+        binary_path.write_bytes(binary)
+        job = {"language": target.language, "binary": str(binary_path), "recipe": recipe,
+               "oracle": str(oracle_path.resolve()), "spec": spec.model_dump(mode="json"),
+               "cases": items,
+               "timing": {"iters": iters, "warmup": settings.warmup, "baselines": list(baselines)}}
+        data = run_child(job, settings.timeout_s)
+    seeds_out = seeds_label if seeds_label is not None else used
+    if "error" in data:
+        kind = data.get("kind", "crash")
+        return Outcome(False, Rejection(kind, data["error"]).tagged(), fingerprint=None,
+                       seeds=seeds_out, error_kind=kind)
+    if "rejected" in data:
+        rej = Rejection.from_json(data["rejected"])
+        return Outcome(False, rej.tagged(), fingerprint=None, seeds=seeds_out, error_kind=rej.guard)
+    outcome = _verdict(data, len(items), seeds_label, seeds_out)
+    if settings.bench:
+        _judge_bench(spec, target, cases, data["cases"], outcome)
+    return outcome
+
+
+def _verdict(data: dict, n_items: int, seeds_label, seeds_out) -> Outcome:
+    """The child's case entries: the first failing case, a child that stopped early, or a
+    degenerate oracle."""
+    results = data["cases"]
+    for r in results:
+        if seeds_label == "secret":
+            r["seeds"] = "secret"
+            r.pop("failing_seed", None)
+    outcome = Outcome(True, None, results, data.get("fingerprint"), seeds_out)
+    bad = next((r for r in results if not r.get("ok", True)), None)
+    if bad:
+        failed = CaseResult.from_json(bad)
+        outcome.fail(f"case {bad['case']}: {bad.get('reason')}"
+                     + (f" [guard: {failed.guard}]" if failed.guard else ""), failed.guard)
+    if len(results) < n_items:
+        outcome.fail(Rejection("crash", "the child stopped before every case ran").tagged(), "crash")
+    degenerate = degenerate_oracle(results) if outcome.ok else None
+    if degenerate:
+        outcome.fail(Rejection("degenerate-oracle", degenerate).tagged(), "oracle")
+    return outcome
+
+
+def _judge_bench(spec, target, cases, results, outcome: Outcome) -> None:
+    by_label = {c.label(spec.signature.dtypes[0]): c for c in cases}
+    for r in results:
+        if "timing" in r:
+            _judge_bench_case(spec, target, by_label[r["case"]], r, outcome)
+
+
+def _judge_bench_case(spec, target, case, r: dict, outcome: Outcome) -> None:
+    from ..profile import dynamic_checks
+
+    t = judge_timing(spec, target, case, r["timing"])
+    if r["timing"].get("ok") is False:
+        also = f"; also {t['reason']} [guard: {t['guard']}]" if t.get("ok") is False else ""
+        t = {**t, "ok": False, "guard": r["timing"].get("guard"),
+             "reason": "after timing: " + str(r["timing"].get("reason")) + also}
+    base = {}
+    for name, b in (r.get("baselines") or {}).items():
+        base[name] = median(b.get("device_s", [])) if "error" not in b else None
+        if "error" in b:
+            t.setdefault("baseline_errors", {})[name] = b["error"]
+    checks = dynamic_checks(spec, target, t, base) if t.get("ok") else []
+    row = {"case": r["case"], **{k: v for k, v in t.items()}, "baselines": base,
+           "checks": checks, "bytes": spec.case_bytes(case), "flops": spec.case_flops(case)}
+    outcome.bench.append(row)
+    outcome.expectations.extend({**c, "case": r["case"]} for c in checks)
+    if not t.get("ok"):
+        outcome.fail(f"case {r['case']}: {t.get('reason')} [guard: {t.get('guard')}]", t.get("guard"))
+    missed = [c for c in checks if c.get("ok") is False]
+    if missed:
+        # the spec's performance expectations are part of passing: a correct but slow
+        # implementation fails, with the figures the search loop needs to improve it
+        outcome.fail(f"case {r['case']}: profile expectations not met: " + "; ".join(
+            f"{c['check']} {c['value']} < {c['limit']}" for c in missed) + (
+            f" ({t['median_s'] * 1e6:.1f} µs, floor {t['floor_s'] * 1e6:.1f} µs)"
+            if t.get("floor_s") else ""), "profile")
+
+
+def make_record(spec, target, entry, compiled, outcome: Outcome, verify_components: dict,
+                static: list[dict]) -> dict:
+    """A verification record: who, where, when, with what inputs and errors. Never fabricated:
+    every field comes from this run."""
+    fp = hardware.local(target) or outcome.fingerprint or {}
+    ident = hardware.identity(fp)
+    runtime = hardware.runtime_versions(target)
+    full = keys.add_machine(verify_components, {**ident, "runtime": runtime})
+    return {
+        "schema": 1, "kernel": spec.name, "target": target.name, "entry": entry.id,
+        "verified_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "regen": __version__, "hardware": ident, "hardware_detail": outcome.fingerprint,
+        "runtime": runtime,
+        "compile": {"toolchain": compiled.components["toolchain"],
+                    "binary": compiled.binary_digest, "resources": compiled.result.resources},
+        "verify": full, "verify_key": keys.key(full),
+        "seeds": outcome.seeds, "ok": outcome.ok, "reason": outcome.reason,
+        "cases": [{k: v for k, v in c.items() if k not in ("traceback", "timing", "baselines")}
+                  for c in outcome.cases],
+        "bench": outcome.bench, "expectations": static + outcome.expectations,
+    }
