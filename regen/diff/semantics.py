@@ -1,43 +1,16 @@
-"""`regen diff [BASE [HEAD]]`: review spec changes, not generated code.
-
-A pull request that touches a kernel changes prose, tolerances and an oracle; the generated source in
-cache/ is a lockfile. This command reads BASE (default HEAD) and HEAD (default the working tree)
-from git, loads both with the same loaders the build uses, and reports:
-
-- a semantic diff per spec (intent as a sentence-per-line diff with a word count, summary,
-  signature, invariants, tolerances, cases, profile, components, targets), per oracle (the AST digest
-  decides: a comment-only edit is no change) and per target (which fields);
-- the plan for every (kernel, target) of HEAD, one reason per line, computed by comparing BASE's and
-  HEAD's key components: generate (new spec or target), regenerate (generate key), re-verify
-  (verify key: oracle, tolerances, cases, profile, peaks, hardware), recompile (toolchain), unchanged;
-- what the committed cache at HEAD says about each node (regen.plan.plan_node), so a reviewer sees
-  whether the pull request brought its regenerated or re-verified entries along;
-- which cache entries and records changed.
-
-Formats: text, markdown (a pull-request comment), json. `--detailed-exitcode`: 0 no change,
-1 error, 2 changes. YAML formatting, comments and prose reflowing are not changes.
-"""
+"""What changed between two sides of `regen diff`, in meaning: per spec field, per oracle (the AST
+digest decides), per target field, and the plan it implies per (kernel, target)."""
 
 from __future__ import annotations
 
 import difflib
-import io
-import json
 import re
-import subprocess
-import sys
-import tarfile
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import keys
-from .errors import InputError, RegenError
-from .oracle import oracle_digest
-from .spec import normalise_prose
-from .target import load_target
-
-TRACKED = ("specs", "oracles", "targets", "cache")
+from .. import keys
+from ..spec import normalise_prose
+from .materialise import Side
 
 # actions in the change plan (BASE -> HEAD)
 GENERATE, REGENERATE, REVERIFY, RECOMPILE = "generate", "regenerate", "re-verify", "recompile"
@@ -105,128 +78,6 @@ class Report:
                 "items": [{**asdict(i), "changes": [asdict(c) for c in i.changes]}
                           for i in self.items],
                 "plan": [asdict(r) for r in self.plan], "cache": self.cache}
-
-
-# -- git: materialise a revision -----------------------------------------------------------------
-def _git(cwd: Path, *args: str, binary: bool = False):
-    try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=120,
-                              text=not binary)
-    except FileNotFoundError:
-        raise InputError("regen diff compares git revisions, but git is not installed") from None
-    return proc
-
-
-def _git_toplevel(root: Path) -> Path:
-    proc = _git(root, "rev-parse", "--show-toplevel")
-    if proc.returncode != 0:
-        raise InputError(f"regen diff compares git revisions, but {root} is not in a git repository")
-    return Path(proc.stdout.strip()).resolve()
-
-
-def _commit(root: Path, rev: str) -> str:
-    proc = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    if proc.returncode != 0:
-        raise InputError(f"{rev!r} is not a commit in this repository (no commits yet, or a typo?)",
-                         field="BASE/HEAD")
-    return proc.stdout.strip()
-
-
-def materialise(root: Path, rev: str, into: Path) -> Path:
-    """Write specs/, oracles/, targets/ and cache/ of `rev` under `into`; returns the project root
-    there (the same sub-folder of the repository as `root`)."""
-    top = _git_toplevel(root)
-    prefix = root.resolve().relative_to(top).as_posix()
-    prefix = "" if prefix == "." else prefix
-    commit = _commit(root, rev)
-    paths = []
-    for d in TRACKED:
-        p = f"{prefix}/{d}" if prefix else d
-        if _git(root, "cat-file", "-e", f"{commit}:{p}").returncode == 0:
-            paths.append(p)
-    project_root = into / prefix if prefix else into
-    if paths:
-        proc = _git(top, "archive", "--format=tar", commit, "--", *paths, binary=True)
-        if proc.returncode != 0:
-            raise InputError(f"git archive {rev} failed: {proc.stderr.decode(errors='replace').strip()}")
-        with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(into, filter="data")
-            else:  # pragma: no cover - Python < 3.11.4
-                tar.extractall(into)
-    for d in ("specs", "targets", "oracles"):
-        (project_root / d).mkdir(parents=True, exist_ok=True)
-    return project_root
-
-
-def _describe_rev(root: Path, rev: str) -> str:
-    return f"{rev} ({_commit(root, rev)[:10]})"
-
-
-# -- one side of the diff ------------------------------------------------------------------------
-class Side:
-    """A project as it is at one revision. BASE is lenient (a spec that does not load there is
-    reported, not fatal); HEAD is strict (an invalid spec is the user's error to fix)."""
-
-    def __init__(self, root: Path, label: str, strict: bool):
-        from .project import Project
-        from .store import Store
-
-        self.label, self.strict = label, strict
-        self.project = Project(root)
-        self.store = Store(root / "cache")
-        self.specs, self.spec_text, self.invalid = {}, {}, {}
-        for name in self.project.kernel_names():
-            path = self.project.spec_dir / f"{name}.yaml"
-            self.spec_text[name] = path.read_text()
-            try:
-                self.specs[name] = self.project.spec(name)
-            except InputError as exc:
-                if strict:
-                    raise
-                self.invalid[name] = _relabel(str(exc), root, label)
-        self.oracle_text, self.oracle_digests = {}, {}
-        for path in sorted(self.project.oracle_dir.glob("*.py")):
-            self.oracle_text[path.stem] = path.read_text()
-            try:
-                self.oracle_digests[path.stem] = oracle_digest(path)
-            except InputError as exc:
-                if strict and path.stem in self.specs:
-                    raise
-                self.oracle_digests[path.stem] = None
-                self.invalid[f"oracle {path.stem}"] = _relabel(str(exc), root, label)
-        self.targets = {}
-        for name in self.project.target_names():
-            try:
-                self.targets[name] = load_target(self.project.target_dir / f"{name}.yaml")
-            except InputError as exc:
-                if strict:
-                    raise
-                self.invalid[f"target {name}"] = _relabel(str(exc), root, label)
-        if strict:  # the project's plan reads the same targets: parse the YAML once
-            self.project.__dict__["targets"] = dict(self.targets)
-
-    def supported(self, kernel: str, target: str) -> bool:
-        spec, tgt = self.specs.get(kernel), self.targets.get(target)
-        if spec is None or tgt is None:
-            return False
-        try:
-            return self.project.applies(spec, tgt) is None
-        except InputError:
-            if self.strict:
-                raise
-            return False
-
-    def component_ids(self, spec, target: str) -> dict[str, str]:
-        out = {}
-        for c in spec.components:
-            entry = self.store.current(c, target)
-            out[c] = entry.id if entry else "missing"
-        return out
-
-
-def _relabel(message: str, root: Path, label: str) -> str:
-    return message.replace(str(root) + "/", f"{label}:")
 
 
 # -- semantic comparison ---------------------------------------------------------------------------
@@ -425,7 +276,7 @@ def _short_digest(d: str | None) -> str:
 
 
 def change_plan(base: Side, head: Side) -> list[Row]:
-    from .prompt import TEMPLATE_VERSION
+    from ..prompt import TEMPLATE_VERSION
 
     rows: list[Row] = []
     planned: dict[tuple[str, str], str] = {}
@@ -485,7 +336,7 @@ def change_plan(base: Side, head: Side) -> list[Row]:
 
 def add_cache_state(rows: list[Row], head: Side) -> None:
     """What the committed cache at HEAD needs per node (the same plan `regen status` shows)."""
-    from . import plan as planning
+    from .. import plan as planning
 
     for row in rows:
         if row.action == REMOVED:
@@ -526,7 +377,7 @@ def cache_changes(base: Side, head: Side) -> list[str]:
         for rec in head.store.records(k, t, eh.id):
             if (Path(rec["_path"]).name, rec.get("verified_at")) in old:
                 continue
-            from .plan import verified_where
+            from ..plan import verified_where
 
             verdict = "passed" if rec.get("ok") else f"FAILED: {rec.get('reason')}"
             out.append(f"{label}: new record, verified on {verified_where(rec)}: {verdict}")
@@ -567,141 +418,3 @@ def compare(base: Side, head: Side) -> Report:
     rows = change_plan(base, head)
     add_cache_state(rows, head)
     return Report(base.label, head.label, items, rows, cache_changes(base, head))
-
-
-# -- rendering -------------------------------------------------------------------------------------
-EFFECT_NOTE = {REGENERATE: "regenerate", REVERIFY: "re-verify", RECOMPILE: "recompile",
-               "plan": "changes the plan", "none": "no effect"}
-
-
-def _cache_text(row: Row) -> str:
-    return f"{row.cache_action}" + (f" — {'; '.join(row.cache_reasons)}" if row.cache_reasons else "")
-
-
-def render_text(r: Report) -> str:
-    out = [f"regen diff {r.base} → {r.head}", ""]
-    if not r.items:
-        out.append("no spec, oracle or target changed")
-    for item in r.items:
-        out.append(f"{item.kind} {item.name}: {item.status}")
-        for c in item.changes:
-            out.append(f"  {c.field}: {c.text} [{EFFECT_NOTE.get(c.effect, c.effect)}]")
-            out += [f"      {line}" for line in c.diff]
-    if r.cache:
-        out += ["", "cache:"] + [f"  {line}" for line in r.cache]
-    where = "in the working tree" if r.head == "working tree" else f"at {r.head}"
-    out += ["", f"plan ({r.base} → {r.head}):"]
-    for row in r.plan:
-        if row.action == UNCHANGED:
-            out.append(f"  {row.label}: unchanged (cache {where}: {_cache_text(row)})")
-            continue
-        out.append(f"  {row.label}: {row.action} — {'; '.join(row.reasons)}")
-        out.append(f"      cache {where}: {_cache_text(row)}")
-    if not r.plan:
-        out.append("  nothing to plan")
-    return "\n".join(out) + "\n"
-
-
-def _fence(lines: list[str], lang: str = "diff") -> list[str]:
-    ticks = "```"
-    while any(ticks in line for line in lines):
-        ticks += "`"
-    return [f"{ticks}{lang}", *lines, ticks]
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ") or "—"
-
-
-def render_markdown(r: Report) -> str:
-    changed = [i for i in r.items if i.changed]
-    todo = [row for row in r.plan if row.action != UNCHANGED]
-    out = [f"## regen diff: `{r.base}` → {r.head if r.head == 'working tree' else f'`{r.head}`'}", ""]
-    counts = {}
-    for i in changed:
-        counts[i.kind] = counts.get(i.kind, 0) + 1
-    summary = (", ".join(f"{n} {k}{'s' * (n != 1)}" for k, n in counts.items()) + " changed"
-               if counts else "no spec, oracle or target changed")
-    actions: dict[str, int] = {}
-    for row in todo:
-        actions[row.action] = actions.get(row.action, 0) + 1
-    plan_text = ", ".join(f"{n} {a}" for a, n in actions.items()) or "nothing to rebuild"
-    out += [f"**{summary}; plan: {plan_text}.**", ""]
-    for item in r.items:
-        title = {"added": " (new)", "removed": " (removed)", "formatting": " (formatting only)"}
-        out.append(f"### {item.kind} `{item.name}`{title.get(item.status, '')}")
-        out.append("")
-        for c in item.changes:
-            note = EFFECT_NOTE.get(c.effect, c.effect)
-            if c.field == "code" and c.diff:
-                out.append(f"- {c.text} → _{note}_")
-                out += ["", "<details><summary>source diff</summary>", ""]
-                out += _fence(c.diff) + ["", "</details>", ""]
-            elif c.diff:
-                out.append(f"- **{c.field}** ({c.text}) → _{note}_")
-                out += [""] + _fence(c.diff) + [""]
-            else:
-                out.append(f"- **{c.field}**: {c.text} → _{note}_")
-        out.append("")
-    if r.cache:
-        out += ["### cache", ""] + [f"- {_cell(line)}" for line in r.cache] + [""]
-    where = "in the working tree" if r.head == "working tree" else f"at `{r.head}`"
-    out += ["### plan", ""]
-    if todo:
-        out += [f"| node | action | why | cache {where} |", "|---|---|---|---|"]
-        for row in todo:
-            cache = f"{row.cache_action}" + (f": {'; '.join(row.cache_reasons)}"
-                                             if row.cache_reasons else "")
-            out.append(f"| `{row.label}` | **{row.action}** | {_cell('; '.join(row.reasons))} | "
-                       f"{_cell(cache)} |")
-        out.append("")
-    else:
-        out += ["Nothing to regenerate, re-verify or recompile.", ""]
-    same = [row for row in r.plan if row.action == UNCHANGED]
-    if same:
-        out += [f"<details><summary>{len(same)} unchanged</summary>", ""]
-        out += [f"- `{row.label}` — cache {where}: {row.cache_action}"
-                + (f" ({_cell('; '.join(row.cache_reasons))})" if row.cache_reasons else "")
-                for row in same]
-        out += ["", "</details>", ""]
-    text = "\n".join(out)
-    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
-
-
-# -- entry point -----------------------------------------------------------------------------------
-def diff(project, base_rev: str = "HEAD", head_rev: str | None = None) -> Report:
-    root = project.root
-    with tempfile.TemporaryDirectory(prefix="regen-diff-") as tmp:
-        base_root = materialise(root, base_rev, Path(tmp) / "base")
-        base = Side(base_root, base_rev, strict=False)
-        if head_rev is None:
-            head = Side(root, "working tree", strict=True)
-        else:
-            head = Side(materialise(root, head_rev, Path(tmp) / "head"), head_rev, strict=True)
-        base.label = _describe_rev(root, base_rev)
-        if head_rev is not None:
-            head.label = _describe_rev(root, head_rev)
-        return compare(base, head)
-
-
-def run_diff(project, args) -> int:
-    """The `regen diff` command. Exit: 0, or with --detailed-exitcode 0 no change, 1 error,
-    2 changes."""
-    detailed = getattr(args, "detailed_exitcode", False)
-    try:
-        report = diff(project, getattr(args, "base", None) or "HEAD", getattr(args, "head", None))
-    except RegenError as exc:
-        if not detailed:
-            raise
-        print(f"regen: error: {exc}", file=sys.stderr)
-        return 1
-    fmt = getattr(args, "format", "text")
-    if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_json(), indent=1, ensure_ascii=False) + "\n")
-    elif fmt == "markdown":
-        sys.stdout.write(render_markdown(report))
-    else:
-        sys.stdout.write(render_text(report))
-    if detailed:
-        return 2 if report.changed else 0
-    return 0
