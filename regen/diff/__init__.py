@@ -14,8 +14,10 @@ from git, loads both with the same loaders the build uses, and reports:
   whether the pull request brought its regenerated or re-verified entries along;
 - which cache entries and records changed.
 
-Formats: text, markdown (a pull-request comment), json. `--detailed-exitcode`: 0 no change,
-1 error, 2 changes. YAML formatting, comments and prose reflowing are not changes.
+Formats: text, markdown (a pull-request comment), json. Text and markdown list only the nodes that
+change, the unchanged ones as a count (`--all` lists them); json has everything.
+`--detailed-exitcode`: 0 no change, 1 error, 2 changes. YAML formatting, comments and prose
+reflowing are not changes.
 
 materialise.py reads a revision into a temporary project, semantics.py says what changed and what
 it causes, render.py writes it for people and scripts.
@@ -23,20 +25,19 @@ it causes, render.py writes it for people and scripts.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 from ..errors import RegenError
 from .materialise import TRACKED, Side, _describe_rev, materialise
-from .render import EFFECT_NOTE, render_markdown, render_text
+from .render import EFFECT_NOTE, render_json, render_markdown, render_text
 from .semantics import (GENERATE, RECOMPILE, REGENERATE, REMOVED, REVERIFY, SPEC_EFFECT, TARGET_EFFECT,
                         UNCHANGED, UNSUPPORTED, Change, Item, Report, Row, add_cache_state,
                         cache_changes, change_plan, compare, oracle_change, sentences, spec_changes,
                         target_changes)
 
-__all__ = ["TRACKED", "Side", "materialise", "EFFECT_NOTE", "render_markdown",
+__all__ = ["TRACKED", "Side", "materialise", "EFFECT_NOTE", "render_json", "render_markdown",
            "render_text", "GENERATE", "RECOMPILE", "REGENERATE", "REMOVED", "REVERIFY",
            "SPEC_EFFECT", "TARGET_EFFECT", "UNCHANGED", "UNSUPPORTED", "Change", "Item", "Report",
            "Row", "add_cache_state", "cache_changes", "change_plan", "compare", "oracle_change",
@@ -71,11 +72,10 @@ def run_diff(project, args) -> int:
         return 1
     fmt = getattr(args, "format", "text")
     if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_json(), indent=1, ensure_ascii=False) + "\n")
-    elif fmt == "markdown":
-        sys.stdout.write(render_markdown(report))
+        sys.stdout.write(render_json(report))
     else:
-        sys.stdout.write(render_text(report))
+        render = render_markdown if fmt == "markdown" else render_text
+        sys.stdout.write(render(report, show_all=getattr(args, "all", False)))
     if detailed:
         return 2 if report.changed else 0
     return 0

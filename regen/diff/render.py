@@ -1,7 +1,9 @@
-"""`regen diff` for people: text for a terminal, markdown for a pull-request comment."""
+"""`regen diff` for people (text for a terminal, markdown for a pull-request comment) and for
+scripts (json)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from .semantics import RECOMPILE, REGENERATE, REVERIFY, UNCHANGED, Report, Row
@@ -14,7 +16,12 @@ def _cache_text(row: Row) -> str:
     return f"{row.cache_action}" + (f" — {'; '.join(row.cache_reasons)}" if row.cache_reasons else "")
 
 
-def render_text(r: Report) -> str:
+def _unchanged_count(n: int) -> str:
+    return f"{n} unchanged (--all lists them)"
+
+
+def render_text(r: Report, show_all: bool = False) -> str:
+    """Only what changes: the unchanged nodes are a count unless `show_all`."""
     out = [f"regen diff {r.base} → {r.head}", ""]
     if not r.items:
         out.append("no spec, oracle or target changed")
@@ -27,12 +34,17 @@ def render_text(r: Report) -> str:
         out += ["", "cache:"] + [f"  {line}" for line in r.cache]
     where = "in the working tree" if r.head == "working tree" else f"at {r.head}"
     out += ["", f"plan ({r.base} → {r.head}):"]
+    same = 0
     for row in r.plan:
         if row.action == UNCHANGED:
-            out.append(f"  {row.label}: unchanged (cache {where}: {_cache_text(row)})")
+            same += 1
+            if show_all:
+                out.append(f"  {row.label}: unchanged (cache {where}: {_cache_text(row)})")
             continue
         out.append(f"  {row.label}: {row.action} — {'; '.join(row.reasons)}")
         out.append(f"      cache {where}: {_cache_text(row)}")
+    if same and not show_all:
+        out.append(f"  {_unchanged_count(same)}")
     if not r.plan:
         out.append("  nothing to plan")
     return "\n".join(out) + "\n"
@@ -49,7 +61,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") or "—"
 
 
-def render_markdown(r: Report) -> str:
+def render_markdown(r: Report, show_all: bool = False) -> str:
+    """A pull-request comment; the unchanged nodes are a count unless `show_all`."""
     changed = [i for i in r.items if i.changed]
     todo = [row for row in r.plan if row.action != UNCHANGED]
     out = [f"## regen diff: `{r.base}` → {r.head if r.head == 'working tree' else f'`{r.head}`'}", ""]
@@ -94,7 +107,9 @@ def render_markdown(r: Report) -> str:
     else:
         out += ["Nothing to regenerate, re-verify or recompile.", ""]
     same = [row for row in r.plan if row.action == UNCHANGED]
-    if same:
+    if same and not show_all:
+        out += [f"{_unchanged_count(len(same))}.", ""]
+    elif same:
         out += [f"<details><summary>{len(same)} unchanged</summary>", ""]
         out += [f"- `{row.label}` — cache {where}: {row.cache_action}"
                 + (f" ({_cell('; '.join(row.cache_reasons))})" if row.cache_reasons else "")
@@ -103,3 +118,7 @@ def render_markdown(r: Report) -> str:
     text = "\n".join(out)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
 
+
+def render_json(r: Report) -> str:
+    """Everything, unchanged nodes included: scripts filter for themselves."""
+    return json.dumps(r.to_json(), indent=1, ensure_ascii=False) + "\n"
