@@ -14,7 +14,9 @@ import threading
 import time
 from types import SimpleNamespace
 
-from conftest import REPO
+import pytest
+
+from conftest import REPO, SCALE_CPP, SCALE_RECIPE, write_handoff
 from regen.progress import Progress
 
 
@@ -202,3 +204,17 @@ def test_no_color_on_a_terminal_keeps_the_live_line_without_colour():
     assert "\x1b[3" not in tty and "\x1b[2m" not in tty   # no colour codes at all
     assert "[2/2] softmax@h200: failed (" in tty
 
+
+@pytest.mark.slow
+def test_regen_verify_on_a_terminal_shows_progress_and_keeps_stdout_plain(project, tmp_path):
+    folder = write_handoff(tmp_path / "h", "scale", "cpu", SCALE_CPP, SCALE_RECIPE, project)
+    subprocess.run([sys.executable, "-m", "regen", "--root", str(project), "accept", str(folder)],
+                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO),
+                                                         "REGEN_LOCAL_CACHE": str(tmp_path / "lc")})
+    rc, out, tty = _run_in_pty([sys.executable, "-m", "regen", "--root", str(project), "verify",
+                                "-t", "cpu"], {"REGEN_LOCAL_CACHE": str(tmp_path / "lc"),
+                                               "GITHUB_STEP_SUMMARY": "", "GITHUB_ACTIONS": ""})
+    assert rc == 0, out + tty
+    assert "[0/1] working " in tty                          # verifying takes more than a second
+    assert "[1/1] scale@cpu: \x1b[32mok\x1b[0m (" in tty
+    assert "\x1b" not in out and out.splitlines()[1].startswith("scale@cpu  ok")
