@@ -102,22 +102,6 @@ class Evaluation:
                       self.outcome, provenance)
 
 
-def resource_line(resources: dict) -> str:
-    parts = []
-    for kernel, r in sorted(resources.items()):
-        bits = []
-        if "registers" in r:
-            bits.append(f"{r['registers']} regs")
-        spill = r.get("spill_store_bytes", r.get("spill_bytes"))
-        if spill is not None:
-            bits.append(f"{spill} B spill")
-        if r.get("shared_bytes"):
-            bits.append(f"{r['shared_bytes']} B smem")
-        if bits:
-            parts.append(f"{kernel}: {', '.join(bits)}")
-    return "; ".join(parts)
-
-
 def on_device(target) -> bool:
     return LANGUAGES[target.language].on_device
 

@@ -26,6 +26,31 @@ from .target import Target
 
 PORTABLE_EXCLUDE = ("hardware", "runtime")  # verify components only the verifying machine knows
 
+# Which key each spec and target field feeds: the builders below read these tables, and so does
+# `regen diff` to say what a field's change causes (regenerate, re-verify, recompile).
+GENERATE_SPEC_FIELDS = ("summary", "intent", "signature", "invariants", "salt")
+VERIFY_SPEC_FIELDS = ("tolerance", "cases", "profile")
+# a target's generate fields are its generation view (regen.target); peaks are verify components
+# and records are matched by the hardware they ran on; the toolchain and arch make the binary
+VERIFY_TARGET_FIELDS = ("peaks", "hardware")
+COMPILE_TARGET_FIELDS = ("toolchain",)
+
+
+def field_effect(kind: str, name: str) -> str:
+    """What changing field `name` of a spec or target causes: "generate", "verify", "compile"
+    or "plan" (which pairs exist, nothing about an artifact)."""
+    from .target import ARCH_VIEW_FIELDS, FAMILY_VIEW_FIELDS
+
+    if kind == "spec":
+        if name in GENERATE_SPEC_FIELDS or name == "components":  # components: their entry ids
+            return "generate"
+        return "verify" if name in VERIFY_SPEC_FIELDS else "plan"
+    if name in (*ARCH_VIEW_FIELDS, *FAMILY_VIEW_FIELDS, "description", "family"):
+        return "generate"
+    if name in VERIFY_TARGET_FIELDS:
+        return "verify"
+    return "compile" if name in COMPILE_TARGET_FIELDS else "plan"
+
 # The verification method's version: bumped when a change to the worker or the timing guards can
 # change a verdict, so every record made by the old judge is verified again (like a new toolchain).
 #   1: the first judge.
@@ -67,13 +92,12 @@ def generate_components(spec: Spec, view: dict, component_entries: dict[str, str
         p["description"] = normalise_prose(p["description"])
     view = {**view, "notes": normalise_prose(view["notes"]),
             "description": normalise_prose(view["description"])}
+    shown = {"summary": normalise_prose(spec.summary), "intent": normalise_prose(spec.intent),
+             "signature": sig, "salt": spec.salt,
+             "invariants": [{"name": i.name, "description": normalise_prose(i.description)}
+                            for i in spec.invariants]}
     return {
-        "spec.summary": normalise_prose(spec.summary),
-        "spec.intent": normalise_prose(spec.intent),
-        "spec.signature": sig,
-        "spec.invariants": [{"name": i.name, "description": normalise_prose(i.description)}
-                            for i in spec.invariants],
-        "spec.salt": spec.salt,
+        **{f"spec.{name}": shown[name] for name in GENERATE_SPEC_FIELDS},
         "target": view,
         "components": dict(sorted(component_entries.items())),
         "prompt.template": template_version,
@@ -99,13 +123,14 @@ def profile_for(spec: Spec, target: Target) -> dict:
 def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_digest: str,
                       recipe_digest: str) -> dict:
     """The portable part; add_machine() adds what only the verifying machine knows."""
+    checked = {"tolerance": {k: v.model_dump() for k, v in sorted(spec.tolerance.items())},
+               "cases": [c.model_dump(mode="json") for c in spec.cases],
+               "profile": profile_for(spec, target)}
     return {
         "binary": binary_digest,
         "recipe": recipe_digest,
         "oracle": oracle_digest,
-        "tolerance": {k: v.model_dump() for k, v in sorted(spec.tolerance.items())},
-        "cases": [c.model_dump(mode="json") for c in spec.cases],
-        "profile": profile_for(spec, target),
+        **{name: checked[name] for name in VERIFY_SPEC_FIELDS},
         "peaks": {k: v.model_dump() for k, v in sorted(target.peaks.items())},
         "judge": judge_version(target),
     }

@@ -1,4 +1,8 @@
-"""Report stage: what people and scripts read. Plain text tables, stable JSON."""
+"""Report stage: what people and scripts read. Plain text tables, stable JSON.
+
+A build prints one line per (kernel, target): its verdict, the worst case over its kernel
+variants (most registers, most spilled bytes, lowest fraction of the roofline floor) and where it
+was verified; --verbose adds the per-variant table, --json keeps everything."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 import sys
 
 
-def _table(rows: list[list[str]], out=sys.stdout) -> None:
+def _table(rows: list[list[str]], out) -> None:
     if not rows:
         return
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -15,7 +19,8 @@ def _table(rows: list[list[str]], out=sys.stdout) -> None:
         print("  ".join(cells).rstrip(), file=out)
 
 
-def status(nodes, as_json: bool, out=sys.stdout) -> None:
+def status(nodes, as_json: bool, out=None) -> None:
+    out = sys.stdout if out is None else out
     if as_json:
         json.dump([{"kernel": n.kernel, "target": n.target, "action": n.action,
                     "reasons": n.reasons, "entry": n.entry.id if n.entry else None,
@@ -26,33 +31,112 @@ def status(nodes, as_json: bool, out=sys.stdout) -> None:
     _table([[n.label, n.action, "; ".join(n.reasons)] for n in nodes], out)
 
 
-def build(results, as_json: bool, out=sys.stdout) -> None:
+def _spill(r: dict):
+    return r.get("spill_store_bytes", r.get("spill_bytes"))
+
+
+def _where(result) -> str | None:
+    """Where the node was verified (or failed, or that it was not), from its level of evidence."""
+    for text in reversed(result.level):
+        if text.startswith(("verified ", "failed", "not verified")):
+            return text
+    return None
+
+
+def worst(result) -> dict:
+    """The worst case over a node's kernel variants and bench cases: what one line can show."""
+    resources = (result.compile or {}).get("resources") or {}
+    regs = [r["registers"] for r in resources.values() if "registers" in r]
+    spills = [s for s in map(_spill, resources.values()) if s is not None]
+    bench = (result.record or {}).get("bench") or \
+        (result.outcome.bench if result.outcome is not None else [])
+    floors = [b["floor_fraction"] for b in bench if b.get("floor_fraction")]
+    return {"variants": len(resources), "max_registers": max(regs) if regs else None,
+            "max_spill_bytes": max(spills) if spills else None,
+            "min_floor_fraction": min(floors) if floors else None, "verified": _where(result)}
+
+
+def _detail(result, figures: dict) -> str:
+    """The summary, then where it was verified unless the summary says so already."""
+    where = figures["verified"]
+    if where and where not in result.summary:
+        return f"{result.summary}; {where}"
+    return result.summary
+
+
+def result_rows(results) -> list[list[str]]:
+    """One row per (kernel, target): verdict, worst-case figures, and what happened where."""
+    rows = [["node", "verdict", "variants", "max regs", "spill B", "% floor", ""]]
+    for r in results:
+        f = worst(r)
+        rows.append([r.node.label, r.status, str(f["variants"] or "—"),
+                     "—" if f["max_registers"] is None else str(f["max_registers"]),
+                     "—" if f["max_spill_bytes"] is None else str(f["max_spill_bytes"]),
+                     "—" if f["min_floor_fraction"] is None else f"{f['min_floor_fraction'] * 100:.0f}%",
+                     _detail(r, f)])
+    return rows
+
+
+def _aligned(rows: list[list[str]], right: tuple[int, ...], indent: str = "") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append((indent + "  ".join(cells + [r[-1]])).rstrip())
+    return lines
+
+
+def variant_rows(resources: dict) -> list[list[str]]:
+    """The per-variant resource table of --verbose."""
+    rows = [["variant", "regs", "spill B", "smem B", ""]]
+    for kernel, r in sorted(resources.items()):
+        rows.append([kernel, str(r.get("registers", "—")),
+                     "—" if _spill(r) is None else str(_spill(r)),
+                     str(r.get("shared_bytes", "—")), ""])
+    return rows
+
+
+def _verbose_lines(r) -> list[str]:
+    lines = []
+    if r.node.reasons:
+        lines.append("    why: " + "; ".join(r.node.reasons))
+    if r.level:
+        lines.append("    " + ", ".join(r.level))
+    resources = (r.compile or {}).get("resources") or {}
+    if resources:
+        lines += _aligned(variant_rows(resources), right=(1, 2, 3), indent="    ")
+    failed = [c for c in r.checks if c.get("ok") is False]
+    for c in failed:
+        lines.append(f"    ✗ {c['check']}: {c['value']} (limit {c['limit']})")
+    met = sum(1 for c in r.checks if c.get("ok"))
+    if met:
+        lines.append(f"    {met} resource/ISA expectation{'s' * (met != 1)} met")
+    return lines
+
+
+def build(results, as_json: bool, out=None, verbose: bool = False) -> None:
+    """One line per (kernel, target); --verbose adds the per-variant table; --json everything."""
+    out = sys.stdout if out is None else out
     if as_json:
-        json.dump([r.to_json() for r in results], out, indent=1)
+        json.dump([{**r.to_json(), "worst": worst(r)} for r in results], out, indent=1)
         out.write("\n")
         return
-    from .build import resource_line
-
-    rows = []
-    for r in results:
-        rows.append([r.node.label, r.status, r.summary])
-        if r.level:
-            rows.append(["", "", "  " + ", ".join(r.level)])
-        if r.compile and r.compile.get("resources"):
-            line = resource_line(r.compile["resources"])
-            if line:
-                rows.append(["", "", "  " + line])
-        for c in r.checks:
-            if c.get("ok") is False:
-                rows.append(["", "", f"  ✗ {c['check']}: {c['value']} (limit {c['limit']})"])
-    _table(rows, out)
+    if results:
+        lines = _aligned(result_rows(results), right=(2, 3, 4, 5))
+        print(lines[0], file=out)
+        for r, line in zip(results, lines[1:]):
+            print(line, file=out)
+            if verbose:
+                for extra in _verbose_lines(r):
+                    print(extra, file=out)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do", file=out)
 
 
-def bench(rows: list[dict], as_json: bool, out=sys.stdout) -> None:
+def bench(rows: list[dict], as_json: bool, out=None) -> None:
+    out = sys.stdout if out is None else out
     if as_json:
         json.dump(rows, out, indent=1)
         out.write("\n")

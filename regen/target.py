@@ -69,15 +69,26 @@ class Target(Strict):
     def arch_view(self) -> dict:
         """What the generator is shown about this target's arch: identical for every member of a
         family with this arch (checked when the targets load)."""
-        return {"arch": self.arch, "limits": dict(self.limits), "features": list(self.features),
-                "taxonomy": [c.model_dump() for c in self.taxonomy]}
+        return {name: _plain(getattr(self, name)) for name in ARCH_VIEW_FIELDS}
 
     def peak(self, key: str) -> Peak | None:
         return self.peaks.get(key)
 
 
-# the fields a member of a family shares with every other member (what the generator sees)
-FAMILY_FIELDS = ("vendor", "language", "notes", "toolchain")
+# What the generator is shown of a target, and so what its generate key covers: per arch, and
+# for the whole family. regen.keys reads these to say what a change to a target field causes.
+ARCH_VIEW_FIELDS = ("arch", "limits", "features", "taxonomy")
+FAMILY_VIEW_FIELDS = ("vendor", "language", "notes")
+# the fields every member of a family shares (the compile toolchain too: one source, one dialect)
+FAMILY_FIELDS = (*FAMILY_VIEW_FIELDS, "toolchain")
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return dict(value)
+    return value.model_dump() if hasattr(value, "model_dump") else value
 
 
 def generation_view(members: list[Target]) -> dict:
@@ -90,8 +101,8 @@ def generation_view(members: list[Target]) -> dict:
     archs = {}
     for m in members:
         archs.setdefault(m.arch, m.arch_view())
-    return {"family": first.family_name, "description": description, "vendor": first.vendor,
-            "language": first.language, "notes": first.notes,
+    return {"family": first.family_name, "description": description,
+            **{name: getattr(first, name) for name in FAMILY_VIEW_FIELDS},
             "archs": [archs[a] for a in sorted(archs)]}
 
 

@@ -280,3 +280,23 @@ def test_cache_changes_and_the_cache_column(tmp_path, capsys):
     _, md = diff(root, capsys, fmt="markdown")
     assert ("| `scale@cpu` | **re-verify** | tolerance changed (float32) | "
             "re-verify: tolerance changed (float32) |") in md
+
+
+def test_text_and_markdown_list_only_what_changes_unless_all(tmp_path, capsys):
+    root = init_repo(make_project(tmp_path / "repo", kernels=("softmax", "scale")))
+    set_atol(root / "specs" / "softmax.yaml", "float32", "3.0e-3")
+    rc, text = diff(root, capsys, fmt="text")
+    assert rc == 2
+    plan_lines = text.split("plan (", 1)[1].splitlines()[1:]
+    assert plan_lines[0].startswith("  softmax@cpu: re-verify — tolerance changed (float32)")
+    assert "scale@cpu" not in text and plan_lines[-1] == "  1 unchanged (--all lists them)"
+    _, md = diff(root, capsys, fmt="markdown")
+    assert "scale@cpu" not in md and "1 unchanged (--all lists them)." in md
+
+    _, text = diff(root, capsys, "--all", fmt="text")
+    assert "  scale@cpu: unchanged (cache in the working tree: generate — no artifact in cache)" in text
+    assert "unchanged (--all" not in text
+    _, md = diff(root, capsys, "--all", fmt="markdown")
+    assert "<details><summary>1 unchanged</summary>" in md and "- `scale@cpu` — cache" in md
+    _, report = diff(root, capsys)                        # json: every node, whatever the flag
+    assert set(plan(report)) == {"softmax@cpu", "scale@cpu"}

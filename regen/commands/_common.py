@@ -1,0 +1,134 @@
+"""What several commands share: the project, store, generator and build context they act on, and
+the options they take. Everything heavy is imported inside the function that needs it, so a
+command that needs no GPU never imports torch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+
+# -- construction ----------------------------------------------------------------------------------
+def project(args):
+    from ..project import Project, find_root
+
+    return Project(find_root(Path(args.root) if args.root else None))
+
+
+def store(project):
+    from ..store import Store
+
+    return Store(project.cache_dir)
+
+
+def generator(args):
+    """(generator, problem): the configured generator, or why there is none."""
+    choice = args.generator or os.environ.get("REGEN_GENERATOR") or "auto"
+    if choice.startswith("command:"):
+        from ..generators.command import CommandGenerator
+
+        return CommandGenerator(choice.split(":", 1)[1]), None
+    if choice in ("llm", "auto"):
+        if os.environ.get("ANTHROPIC_API_KEY"):
+            from ..generators.llm import LLMGenerator
+
+            return LLMGenerator(model=args.model) if getattr(args, "model", None) else LLMGenerator(), None
+        why = ("no generator: set ANTHROPIC_API_KEY for the LLM generator, use "
+               "--generator command:CMD for a coding agent, or `regen handoff KERNEL --target T` "
+               "to write it by hand")
+        if choice == "llm":
+            raise InputError(why)
+        return None, why
+    if choice == "none":
+        return None, "generation disabled (--generator none)"
+    raise InputError(f"unknown generator {choice!r}; expected llm, command:CMD or none",
+                     field="--generator")
+
+
+def budget(args):
+    from ..search import Budget
+
+    return Budget(max_candidates=args.max_candidates, repair_rounds=args.repair_rounds,
+                  max_usd=args.max_usd, max_seconds=args.max_seconds)
+
+
+def settings(**kw):
+    """The judge's settings. The one place commands import the judge (regen/judge/)."""
+    from ..judge import Settings
+
+    return Settings(**kw)
+
+
+def context(args, project, **kw):
+    from ..build import Context
+
+    s = settings(seeds=getattr(args, "seeds", 2) or 2, fixed_seed=getattr(args, "seed", None),
+                 timeout_s=getattr(args, "timeout", 600.0) or 600.0)
+    gen, problem = (None, None)
+    if kw.pop("want_generator", False):
+        gen, problem = generator(args)
+    b = budget(args) if gen is not None else None
+    return Context(project, store(project), generator=gen, generator_problem=problem,
+                   settings=s, budget=b, **kw)
+
+
+def progress(args, total: int):
+    """The progress display on stderr (regen/progress.py); use it as a context manager."""
+    from ..progress import for_command
+
+    return for_command(total, as_json=getattr(args, "json", False))
+
+
+def kernels(args):
+    return args.kernels or None
+
+
+def targets(args):
+    return args.target or None
+
+
+# -- options ---------------------------------------------------------------------------------------
+def add_selection(parser, kernels: bool = True, json_help: str = "machine-readable output") -> None:
+    if kernels:
+        parser.add_argument("kernels", nargs="*", metavar="KERNEL",
+                            help="kernels to act on (default: every kernel)")
+    parser.add_argument("--target", "-t", action="append", metavar="T",
+                        help="target column, repeatable (default: every target)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def add_node(parser) -> None:
+    """One (kernel, target) node."""
+    parser.add_argument("kernel", help="the kernel (a spec name in specs/)")
+    parser.add_argument("--target", "-t", required=True, help="the target column (a name in targets/)")
+
+
+def add_verbose(parser) -> None:
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="also print each node's reasons, evidence and per-variant resource table")
+
+
+def add_generator(parser) -> None:
+    parser.add_argument("--generator", metavar="G",
+                        help="llm | command:CMD | none (default: $REGEN_GENERATOR, else llm if "
+                             "ANTHROPIC_API_KEY is set, else none)")
+    parser.add_argument("--model", help="LLM model id (default: the LLM generator's own)")
+    parser.add_argument("--max-candidates", type=int, default=8, metavar="N",
+                        help="candidates per node the search may try")
+    parser.add_argument("--repair-rounds", type=int, default=3, metavar="N",
+                        help="repairs of one candidate after a compile or oracle failure")
+    parser.add_argument("--max-usd", type=float, default=5.0, metavar="USD",
+                        help="spending limit per node")
+    parser.add_argument("--max-seconds", type=float, default=1800.0, metavar="S",
+                        help="time limit per node")
+
+
+def add_verify(parser) -> None:
+    parser.add_argument("--seeds", type=int, default=2, metavar="N",
+                        help="fresh seeds per correctness case")
+    parser.add_argument("--seed", type=int,
+                        help="fix the seed to reproduce a failure (default: fresh seeds)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                        help="seconds per child process")

@@ -1,0 +1,84 @@
+"""Time the benchmark cases here against torch eager and torch.compile (% of the roofline floor),
+or show the timings in the committed records (--recorded, no GPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import _common
+
+HELP = "time benchmark cases against torch eager and torch.compile"
+
+
+def add_arguments(parser) -> None:
+    _common.add_selection(parser)
+    parser.add_argument("--iters", type=int, default=None, metavar="N",
+                        help="timed iterations per case (default: the judge's own choice)")
+    parser.add_argument("--timeout", type=float, default=900.0, metavar="S",
+                        help="seconds per child process")
+    parser.add_argument("--export", metavar="FILE", help="write records and the table to FILE")
+    parser.add_argument("--recorded", action="store_true",
+                        help="print the timings in the current records instead of timing here "
+                             "(no GPU needed)")
+
+
+def _recorded(nodes, as_json: bool) -> int:
+    """The benchmark rows of the records that decide each node (the up-to-date one, or the failed
+    or stale one named in its reasons), with where and when they were measured."""
+    from .. import plan as planning, report
+
+    rows, sources = [], []
+    for n in nodes:
+        rec = n.record
+        if not rec or not rec.get("bench"):
+            continue
+        where = planning.verified_where(rec)
+        state = "current" if n.action in (planning.UP_TO_DATE, planning.RECOMPILE, planning.FAILED) \
+            else f"stale: {'; '.join(n.reasons)}"
+        sources.append(f"{n.label}: {where} ({state})")
+        rows.extend({"kernel": n.kernel, "target": n.target, **b} for b in rec["bench"])
+    if as_json:
+        report.bench(rows, True)
+        return 0
+    if not rows:
+        print("no record with benchmark timings")
+        return 1
+    report.bench(rows, False)
+    print()
+    print("\n".join(sources))
+    return 0
+
+
+def run(args) -> int:
+    from .. import build as building, plan as planning, report
+
+    project = _common.project(args)
+    ctx = _common.context(args, project)
+    ctx.settings = _common.settings(seeds=1, bench=True, iters=args.iters, timeout_s=args.timeout)
+    nodes = planning.plan(project, ctx.store, _common.kernels(args), _common.targets(args),
+                          intent="build" if args.recorded else "bench")
+    if args.recorded:
+        return _recorded(nodes, args.json)
+    rows = []
+    results = []
+    for n in nodes:
+        if n.skip or n.action == planning.UNSUPPORTED:
+            continue
+        spec = project.spec(n.kernel)
+        bench_cases = spec.bench_cases()
+        if not bench_cases:
+            continue
+        r = building.bench_node(ctx, n, bench_cases)
+        results.append(r)
+        if r.outcome is not None:
+            for b in r.outcome.bench:
+                rows.append({"kernel": n.kernel, "target": n.target, **b})
+        if r.status != "ok" and (r.outcome is None or not r.outcome.bench):
+            rows.append({"kernel": n.kernel, "target": n.target, "case": "—", "ok": False,
+                         "reason": r.summary})
+    report.bench(rows, args.json)
+    if args.export:
+        records = [r.record for r in results if r.record]
+        Path(args.export).write_text(json.dumps({"records": records, "bench": rows}, indent=1))
+    return 1 if any(r.status != "ok" for r in results) else 0

@@ -1,0 +1,59 @@
+"""Bring every selected (kernel, target) up to date: plan, generate what is missing or stale,
+compile, verify where the hardware is, store."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from . import _common
+
+HELP = "bring every (kernel, target) up to date"
+
+
+def add_arguments(parser) -> None:
+    _common.add_selection(parser)
+    _common.add_verbose(parser)
+    _common.add_generator(parser)
+    _common.add_verify(parser)
+    parser.add_argument("--locked", action="store_true", help="fail (exit 3) instead of generating")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, do nothing")
+    parser.add_argument("--regenerate", action="store_true",
+                        help="regenerate even up-to-date artifacts")
+    parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                        help="nodes built at once (GPU verification still runs one at a time)")
+
+
+def run(args) -> int:
+    from .. import buildlog
+
+    project = _common.project(args)
+    selection = (tuple(args.kernels or ()), tuple(args.target or ()), args.json, args.locked)
+    if args.verbose:  # a separate log entry: the output differs (appended, so old entries still match)
+        selection += ("verbose",)
+    plain = not (args.dry_run or args.regenerate)
+    if plain:
+        signature, output = buildlog.lookup(project, selection)
+        if output is not None:  # nothing changed since a build that succeeded everywhere
+            sys.stdout.write(output)
+            return 0
+    from .. import build as building, plan as planning, report
+
+    ctx = _common.context(args, project, locked=args.locked, dry_run=args.dry_run,
+                          want_generator=not (args.locked or args.dry_run))
+    nodes = planning.plan(project, ctx.store, _common.kernels(args), _common.targets(args),
+                          regenerate=args.regenerate)
+    if args.dry_run:
+        report.status(nodes, args.json)
+        return 0
+    with _common.progress(args, len(nodes)) as progress:
+        ctx.progress = progress
+        results = building.build(ctx, nodes, jobs=args.jobs)
+    out = io.StringIO()
+    report.build(results, args.json, out, verbose=args.verbose)
+    sys.stdout.write(out.getvalue())
+    if plain:
+        buildlog.save(project, selection, results, out.getvalue())
+    if any(r.status == "locked" for r in results):
+        return 3
+    return 1 if any(r.status == "failed" for r in results) else 0

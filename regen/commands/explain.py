@@ -1,0 +1,28 @@
+"""Why one node needs what it needs: the key components that changed, one line each."""
+
+from __future__ import annotations
+
+from . import _common
+
+HELP = "which key components changed, one line each"
+
+
+def add_arguments(parser) -> None:
+    _common.add_node(parser)
+
+
+def run(args) -> int:
+    from .. import plan as planning
+
+    project = _common.project(args)
+    store = _common.store(project)
+    node = planning.plan_node(project, store, project.spec(args.kernel), project.target(args.target))
+    print(node.line().split(": ", 1)[0] + ": " + node.action)
+    for reason in node.reasons:
+        print(f"  {reason}")
+    if node.entry is not None:
+        prov = node.entry.provenance()
+        who = prov.get("generator")
+        extra = prov.get("model") or prov.get("command") or prov.get("author") or ""
+        print(f"  entry {node.entry.id} by {who}{f' ({extra})' if extra else ''}")
+    return 0
