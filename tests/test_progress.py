@@ -215,6 +215,6 @@ def test_regen_verify_on_a_terminal_shows_progress_and_keeps_stdout_plain(projec
                                 "-t", "cpu"], {"REGEN_LOCAL_CACHE": str(tmp_path / "lc"),
                                                "GITHUB_STEP_SUMMARY": "", "GITHUB_ACTIONS": ""})
     assert rc == 0, out + tty
-    assert "[0/1] working " in tty                          # verifying takes more than a second
+    assert "[0/1] scale@cpu verify " in tty                 # verifying takes more than a second
     assert "[1/1] scale@cpu: \x1b[32mok\x1b[0m (" in tty
     assert "\x1b" not in out and out.splitlines()[1].startswith("scale@cpu  ok")
