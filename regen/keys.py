@@ -21,6 +21,7 @@ import hashlib
 import json
 
 from . import SCHEMA_VERSION
+from .artifact import LANGUAGES
 from .spec import Spec, normalise_prose, select
 from .target import Target
 
@@ -65,7 +66,7 @@ HOST_JUDGE_VERSION = 3
 
 
 def judge_version(target: Target) -> int:
-    return HOST_JUDGE_VERSION if target.vendor == "host" else JUDGE_VERSION
+    return JUDGE_VERSION if LANGUAGES[target.language].on_device else HOST_JUDGE_VERSION
 
 
 def canonical(value) -> str:
@@ -114,7 +115,7 @@ def profile_for(spec: Spec, target: Target) -> dict:
     p = spec.profile
     return {"bytes": p.bytes, "flops": p.flops,
             "floor_fraction": select(p.floor_fraction, target),
-            "speedup": dict(p.speedup) if target.vendor != "host" else {},
+            "speedup": dict(p.speedup) if LANGUAGES[target.language].on_device else {},
             "max_registers": select(p.max_registers, target),
             "max_spills": select(p.max_spills, target),
             "instructions": select(p.instructions, target) or []}

@@ -65,7 +65,7 @@ class Harness:
                 omp_pool = omp_threads() - 1
         self.watch = LaunchWatch(runtime_class, self.host_code, omp_pool)
         with self.watch.window(allowed=("ctypes.dlopen",)):
-            self.runtime = runtime_class(job["binary"])
+            self.runtime = runtime_class(job["binary"], limits=job.get("limits"))
         self.watch.loaded(self.runtime)
 
     @property

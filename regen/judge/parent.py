@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__, hardware, keys
+from ..artifact import LANGUAGES
 from ..spec import Case
 from .channel import run_child
 from .degenerate import degenerate_oracle
@@ -142,7 +143,7 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
         cases: list[Case] | None = None) -> Outcome:
     """Verify (and with settings.bench, time) one binary against the oracle."""
     seed_of, seeds_label = seed_source(settings)
-    gpu = target.vendor != "host"
+    gpu = LANGUAGES[target.language].on_device
     include_bench = settings.include_bench_cases if settings.include_bench_cases is not None else gpu
     if cases is None:
         cases = [c for c in spec.cases if not c.bench or include_bench or settings.bench]
@@ -155,6 +156,7 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
         binary_path = Path(tmp) / "kernel.bin"
         binary_path.write_bytes(binary)
         job = {"language": target.language, "binary": str(binary_path), "recipe": recipe,
+               "limits": dict(target.limits),
                "oracle": str(oracle_path.resolve()), "spec": spec.model_dump(mode="json"),
                "cases": items,
                "timing": {"iters": iters, "warmup": settings.warmup, "baselines": list(baselines)}}

@@ -3,7 +3,9 @@
 Nothing here is imported by the regen process itself; regen/judge/harness.py imports one runtime
 in a child process. Interface (each module exposes a `Runtime` class):
     device: str                                      # torch device of the buffers: "cpu", "cuda"
-    def __init__(self, binary_path: str)             # load the shared object / cubin / code object
+    def __init__(self, binary_path: str, limits: dict | None = None)
+                                                     # load the shared object / cubin / code object;
+                                                     # limits: the target's (e.g. cache sizes)
     def launch(self, launches, buffers) -> None      # BoundLaunch list, name -> torch.Tensor
     def synchronize(self) -> None                    # full device synchronisation
     def timer(self) -> Timer                         # .start(), .stop() -> seconds (device time)
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {"cpp": "cpu", "cuda": "cuda", "hip": "hip"}
+from ..artifact import LANGUAGES
 
 
 def get_runtime(language: str):
-    return importlib.import_module(f"regen.runtimes.{_MODULES[language]}").Runtime
+    return importlib.import_module(f"regen.runtimes.{LANGUAGES[language].runtime}").Runtime

@@ -85,7 +85,7 @@ class Runtime:
     device = "cpu"
     in_process = False
 
-    def __init__(self, binary_path: str):
+    def __init__(self, binary_path: str, limits: dict | None = None):
         self.call_s, self.calls, self.staging_s = 0.0, 0, 0.0
         self._flush, self._flush_byte = None, 0
         self._flush_next = False

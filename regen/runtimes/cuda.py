@@ -88,7 +88,7 @@ _PARAM_SIZES = {"tensor": 8, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
 class Runtime:
     device = "cuda"
 
-    def __init__(self, binary_path: str):
+    def __init__(self, binary_path: str, limits: dict | None = None):
         torch.cuda.init()
         self.ordinal = torch.cuda.current_device()
         torch.empty(1, device=f"cuda:{self.ordinal}")  # make sure torch's context exists

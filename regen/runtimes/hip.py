@@ -33,8 +33,6 @@ from .events import Stall, Timer
 ARG_FORMATS = {"tensor": ("<Q", 8), "int32": ("<i", 4), "int64": ("<q", 8),
                "float32": ("<f", 4), "float64": ("<d", 8)}
 _INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
-# Memory-side Infinity Cache (MALL) per arch: flushing L2 alone leaves the data there.
-INFINITY_CACHE_BYTES = {"gfx942": 256 << 20, "gfx950": 256 << 20}
 NT_AMDGPU_METADATA = 32
 
 
@@ -230,7 +228,7 @@ def _call(hip, what: str, fn, *args):
 class Runtime:
     device = "cuda"
 
-    def __init__(self, binary_path: str):
+    def __init__(self, binary_path: str, limits: dict | None = None):
         torch.cuda.init()
         self.ordinal = torch.cuda.current_device()
         self._torch_hip = _share_torch_hip_runtime()
@@ -243,6 +241,9 @@ class Runtime:
         self._functions: dict[str, object] = {}
         self._flush_buffer = None
         self._flush_value = 0
+        # the memory-side Infinity Cache (target limit infinity_cache_bytes): flushing L2 alone
+        # leaves the data there
+        self._memory_side_cache = int((limits or {}).get("infinity_cache_bytes", 256 << 20))
         self.stall = Stall()
 
     def function(self, name: str):
@@ -293,9 +294,8 @@ class Runtime:
         """Evict L2 and the memory-side Infinity Cache by writing twice their size."""
         if self._flush_buffer is None:
             props = torch.cuda.get_device_properties(self.ordinal)
-            arch = str(getattr(props, "gcnArchName", "")).split(":")[0]
             l2 = int(getattr(props, "L2_cache_size", 0) or (32 << 20))
-            size = 2 * (l2 + INFINITY_CACHE_BYTES.get(arch, 256 << 20))
+            size = 2 * (l2 + self._memory_side_cache)
             self._flush_buffer = torch.empty(size, dtype=torch.uint8, device=f"cuda:{self.ordinal}")
         self._flush_value = (self._flush_value + 1) & 0x7F
         self._flush_buffer.fill_(self._flush_value)
