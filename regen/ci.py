@@ -68,7 +68,7 @@ def _failed_cases(result) -> list[dict]:
 def skip_reason(node) -> str:
     if node.entry is None:
         return "no artifact in cache: " + ("; ".join(node.reasons) or "needs generate")
-    if node.needs_generator:
+    if node.needs_generator or node.action == "adopt":
         return f"needs {node.action}: " + "; ".join(node.reasons)
     if node.here is None:
         return "hardware not on this machine: " + ("; ".join(node.reasons) or node.action)
@@ -260,7 +260,7 @@ def assess(project, store, node) -> tuple[str, str | None]:
 
     if node.action == planning.UNSUPPORTED:
         return "unsupported", None
-    if node.needs_generator:
+    if node.needs_generator or node.action == planning.ADOPT:
         return "stale", f"needs {node.action}: {'; '.join(node.reasons)}"
     records = store.records(node.kernel, node.target, node.entry.id)
     if not records:
@@ -294,13 +294,17 @@ def check(project, store, kernels=None, targets=None, as_json: bool = False, out
     states = [(n, *assess(project, store, n)) for n in nodes]
     considered = [s for s in states if s[1] != "unsupported"]
     problems = [(n, why) for n, state, why in states if state == "stale"]
+    corrupt = store.check()   # every named object, manifest and record matches its digest
     verified = sum(1 for _, state, _ in states if state == "verified")
     if as_json:
-        json.dump({"ok": not problems, "nodes": len(considered), "verified": verified,
+        json.dump({"ok": not (problems or corrupt), "corrupt": corrupt,
+                   "nodes": len(considered), "verified": verified,
                    "stale": [{"kernel": n.kernel, "target": n.target, "action": n.action,
                               "problem": why} for n, why in problems]}, out, indent=1)
         out.write("\n")
     else:
+        for line in corrupt:
+            print(line, file=out)
         for n, why in problems:
             print(f"{n.label}: {why}", file=out)
         if problems:
@@ -317,4 +321,4 @@ def check(project, store, kernels=None, targets=None, as_json: bool = False, out
             rel = os.path.relpath(spec_file, Path.cwd())
             print(annotation(f"regen check {n.label}", why,
                              None if rel.startswith("..") else rel), file=out, flush=True)
-    return 3 if problems else 0
+    return 3 if problems or corrupt else 0
