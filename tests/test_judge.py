@@ -95,11 +95,11 @@ def test_a_hang_is_killed_at_the_timeout(tmp_path):
               'extern "C" void softmax_bf16(const uint16_t*, uint16_t*, int64_t, int64_t) {}\n'
               'extern "C" void softmax_f16(const uint16_t*, uint16_t*, int64_t, int64_t) {}\n')
     recipe = "launches:\n  - kernel: softmax_{dtype}\n    args: [x, y, M, N]\n"
-    stage, ok, feedback, *_ = evaluate(
+    ev = evaluate(
         Context(project=project, store=None), project.spec("softmax"), project.target("cpu"),
         source, recipe, verify_here=True, settings=Settings(timeout_s=45),
         cases=[Case.model_validate({"M": 2, "N": 3, "dtype": "float32"})])
-    assert not ok and "timed out" in feedback and "[guard: timeout]" in feedback
+    assert not ev.ok and "timed out" in ev.feedback and "[guard: timeout]" in ev.feedback
 
 
 # -- the audit window ----------------------------------------------------------------------------
@@ -200,11 +200,12 @@ def test_an_oracle_that_breaks_its_contract_is_blamed(tmp_path):
     shutil.copy(ROOT / "specs" / "softmax.yaml", proj / "specs" / "softmax.yaml")
     (proj / "oracles" / "softmax.py").write_text(BROKEN_ORACLE)
     project, entry = Project(proj), honest_softmax()
-    stage, ok, feedback, *_ = evaluate(
+    ev = evaluate(
         Context(project=project, store=None), project.spec("softmax"), project.target("cpu"),
         entry.source(), entry.recipe(), verify_here=True, settings=Settings(seeds=1),
         cases=[Case.model_validate({"M": 3, "N": 7, "dtype": "float32"})])
-    assert not ok and "oracle error" in feedback and "[guard: oracle]" in feedback, feedback
+    assert not ev.ok and "oracle error" in ev.feedback and "[guard: oracle]" in ev.feedback, \
+        ev.feedback
 
 
 # -- the harness, without an artifact (lint mode) ----------------------------------------------------------
@@ -347,9 +348,9 @@ def test_timed_path_restores_inplace_inputs_and_rezeroes_workspaces(tmp_path):
     (proj / "specs" / "scale_inplace.yaml").write_text(INPLACE_SPEC)
     (proj / "oracles" / "scale_inplace.py").write_text(INPLACE_ORACLE)
     project = Project(proj)
-    stage, ok, feedback, _, _, outcome = evaluate(
+    ev = evaluate(
         Context(project=project, store=None), project.spec("scale_inplace"), project.target("cpu"),
         INPLACE_KERNEL, INPLACE_RECIPE, verify_here=True,
         settings=Settings(bench=True, baselines=(), iters=4, warmup=2))
-    assert ok, feedback
-    assert outcome.bench and outcome.bench[0]["iters"] == 4
+    assert ev.ok, ev.feedback
+    assert ev.outcome.bench and ev.outcome.bench[0]["iters"] == 4

@@ -141,10 +141,10 @@ def run_redteam(d: Path, target_name: str, tmp_path: Path, source_name: str):
     else:
         source, recipe = artifact_source(d / source_name), (d / "launch.yaml").read_text()
     ctx = Context(project=project, store=None)
-    stage, ok, feedback, _, _, outcome = evaluate(
+    ev = evaluate(
         ctx, spec, target, source, recipe, verify_here=True,
         settings=settings_for(m, gpu), cases=cases_for(m, spec, gpu))
-    return m, stage, ok, feedback, outcome
+    return m, ev.stage, ev.ok, ev.feedback, ev.outcome
 
 
 def assert_verdict(m: dict, stage: str, ok: bool, feedback: str) -> None:
@@ -180,13 +180,13 @@ def test_cpu_honest_softmax_passes_the_same_checks(tmp_path):
     m = {"expect": "pass", "bench": True, "hidden": True}
     project = Project(ROOT)
     spec = project.spec("softmax")
-    stage, ok, feedback, _, _, outcome = evaluate(
+    ev = evaluate(
         Context(project=project, store=None), spec, project.target("cpu"),
         entry.source(), entry.recipe(), verify_here=True,
         settings=settings_for(m), cases=cases_for(m, spec, gpu=False))
-    assert ok, feedback
-    assert any(c["case"].startswith("hidden ") for c in outcome.cases)
-    assert outcome.bench and outcome.bench[0]["ok"]
+    assert ev.ok, ev.feedback
+    assert any(c["case"].startswith("hidden ") for c in ev.outcome.cases)
+    assert ev.outcome.bench and ev.outcome.bench[0]["ok"]
 
 
 def test_hidden_case_names_stay_secret(monkeypatch, tmp_path):
@@ -279,8 +279,8 @@ def test_cuda_build_goes_on_after_a_fault(tmp_path):
     assert not bad[2] and "[guard: crash]" in bad[3]
     project, spec, target = _h200()
     d = REDTEAM / "cuda" / "honest"
-    stage, ok, feedback, *_ = evaluate(
+    ev = evaluate(
         Context(project=project, store=None), spec, target, artifact_source(d / "kernel.cu"),
         (d / "launch.yaml").read_text(), verify_here=True, settings=Settings(seeds=1),
         cases=[Case.model_validate(c) for c in DEFAULT_CASES])
-    assert ok, feedback
+    assert ev.ok, ev.feedback
