@@ -52,6 +52,7 @@ class Context:
     generator_problem: str | None = None  # why there is no generator (shown on nodes that need one)
     locked: bool = False
     dry_run: bool = False
+    force: bool = False                   # let unverified code replace a verified entry
     settings: Settings = field(default_factory=Settings)
     budget: object | None = None
     gpu_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -223,6 +224,9 @@ def _verify(ctx: Context, node: planning.Node) -> Result:
     if record is not None:
         ctx.stage(node, "store")
         ctx.store.put_record(spec.name, target.name, entry.id, record)
+    promoted = _verify_pending(ctx, node, spec, target)
+    if promoted is not None:
+        return promoted
     if ev.ok:
         return ev.result(node, "ok", verified_summary(ev.outcome), record,
                          f"verified here ({node.here.get('device')})")
@@ -231,6 +235,23 @@ def _verify(ctx: Context, node: planning.Node) -> Result:
         return _generate(ctx, planning.escalate(node, ev.feedback), feedback=ev.feedback,
                          previous_entry=entry)
     return ev.result(node, "failed", f"{ev.stage} failed: {ev.feedback}", record)
+
+
+def _verify_pending(ctx: Context, node: planning.Node, spec, target) -> Result | None:
+    """Verify the entries waiting for this hardware, newest first; the first that passes becomes
+    current (the verified entry it replaces stays in `previous`). Their records are kept."""
+    for pending in reversed(ctx.store.pending(spec.name, target.name)):
+        ev = evaluate(ctx, spec, target, pending.source(), pending.recipe(), True,
+                      settings_for(ctx, target), node=node)
+        record = record_for(ctx, spec, target, pending, ev)
+        if record is not None:
+            ctx.store.put_record(spec.name, target.name, pending.id, record)
+        if ev.ok:
+            ctx.store.point(spec.name, target.name, pending.id)
+            return ev.result(node, "ok", f"pending entry {pending.id} {verified_summary(ev.outcome)}"
+                             "; it is current now", record,
+                             f"verified here ({node.here.get('device')})")
+    return None
 
 
 def bench_node(ctx: Context, node: planning.Node, cases=None) -> Result:
@@ -332,19 +353,28 @@ def _store(ctx: Context, node, spec, target, source: str, recipe: str, provenanc
     store = ctx.store
     family = [t.name for t in ctx.project.family(target)]
     carried: dict[str, list[dict]] = {}
+    keep: dict[str, Entry] = {}     # members whose verified entry unverified code may not replace
+    verified_here = ev.outcome is not None and ev.outcome.ok
     for member in family:
         cur = store.current(spec.name, member)
         if member != target.name and cur is not None and cur.generate_key != node.generate_key:
             continue
-        carried[member] = [r for r in (store.records(spec.name, member, cur.id) if cur else [])
-                           if ev.compiled and r.get("ok")
+        records = store.records(spec.name, member, cur.id) if cur else []
+        carried[member] = [r for r in records if ev.compiled and r.get("ok")
                            and r.get("compile", {}).get("binary") == ev.compiled.binary_digest]
-    entry = store.put(spec.name, target.name, target.language, source, recipe, provenance,
-                      node.generate_components, node.generate_key, family=target.family_name)
+        new_verified = carried[member] or (member == target.name and verified_here)
+        if cur is not None and cur.generate_key == node.generate_key and not new_verified \
+                and not ctx.force and any(r.get("ok") for r in records):
+            keep[member] = cur
+    with store.writing():
+        entry = store.put(spec.name, target.name, target.language, source, recipe, provenance,
+                          node.generate_components, node.generate_key, family=target.family_name,
+                          pending=target.name in keep)
+        for member in carried:
+            if member != target.name:
+                store.point(spec.name, member, entry.id, pending=member in keep)
     node.entry = entry
     for member, records in carried.items():
-        if member != target.name:
-            store.point(spec.name, member, entry.id)
         for rec in records:
             if rec.get("entry") == entry.id or rec.get("verify", {}).get("recipe") != entry.recipe_digest:
                 continue
@@ -360,6 +390,15 @@ def _store(ctx: Context, node, spec, target, source: str, recipe: str, provenanc
         store.put_record(spec.name, target.name, entry.id, record)
         return ev.result(node, "ok", verified_summary(ev.outcome), record,
                          f"verified here ({node.here.get('device')})", provenance)
+    if target.name in keep:
+        kept = keep[target.name]
+        where = planning.verified_where(next(r for r in store.records(spec.name, target.name, kept.id)
+                                             if r.get("ok")))
+        return ev.result(node, "ok", f"stored entry {entry.id} as pending: it is not verified and "
+                         f"the current entry {kept.id} is (on {where}), so that one stays current; "
+                         "`regen verify` on that hardware verifies the pending entry and makes it "
+                         "current if it passes (--force makes it current now)", None,
+                         "pending, not verified on hardware", provenance)
     kept = carried.get(target.name)
     if kept:
         where = planning.verified_where(kept[-1])
@@ -424,7 +463,10 @@ def build(ctx: Context, nodes: list[planning.Node], jobs: int = 1) -> list[Resul
 
 
 def accept(ctx: Context, folder: Path, force: bool = False, author: str | None = None) -> Result:
-    """Store a hand-written implementation from a handoff folder, with provenance `handoff`."""
+    """Store a hand-written implementation from a handoff folder, with provenance `handoff`.
+    `force` accepts a handoff written for an older spec, and lets unverified code replace a
+    verified entry (otherwise it is stored as pending)."""
+    ctx.force = ctx.force or force
     from .generators.handoff import read_task
 
     task = read_task(folder, author)

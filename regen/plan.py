@@ -215,6 +215,15 @@ def plan_node(project, store: Store, spec, target, regenerate: bool = False) -> 
         node.action, node.reasons = classify({"generate": entry.generate}, {"generate": gen})
         return node
     _record_state(node, store, spec, target, oracle)
+    pending = [e.id for e in store.pending(spec.name, target.name)]
+    if pending:
+        where = node.here.get("device") if node.here else \
+            (" or ".join(target.hardware.match) or target.name)
+        node.reasons.append(f"pending entr{'ies' if len(pending) > 1 else 'y'} "
+                            f"{', '.join(pending)} wait{'' if len(pending) > 1 else 's'} for "
+                            f"verification on {where}")
+        if node.here and node.action in (UP_TO_DATE, FAILED):
+            node.action = VERIFY
     return node
 
 

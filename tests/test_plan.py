@@ -182,9 +182,11 @@ def test_new_toolchain_with_an_identical_binary_keeps_the_record(built, tmp_path
     root = tmp_path / "proj"
     shutil.copytree(built, root)
     # a define nothing reads: a different toolchain identity, the same machine code (a define no
-    # other test uses: a compile with it already in the local cache would make this up to date)
+    # other run used: a compile with it already in the local cache would make this up to date)
+    import uuid
+
     p = root / "targets" / "cpu.yaml"
-    p.write_text(p.read_text().replace('"-fPIC"', '"-fPIC", "-DREGEN_TEST_IDENTICAL_BINARY"', 1))
+    p.write_text(p.read_text().replace('"-fPIC"', f'"-fPIC", "-DREGEN_TEST_{uuid.uuid4().hex}"', 1))
     assert _plan(root)[("scale", "cpu")].action == planning.RECOMPILE
     proc = regen(root, "build", "scale", "--target", "cpu", "--generator", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -146,3 +146,62 @@ def test_a_pointer_to_a_missing_entry_is_refused(tmp_path):
     (tmp_path / "cache" / "k" / "entries" / f"{e.id}.json").unlink()
     with pytest.raises(CorruptCache, match="not in the cache"):
         store.current("k", "cpu")
+
+
+def test_records_are_append_only_and_an_unchanged_verdict_writes_nothing(tmp_path):
+    store = Store(tmp_path / "cache")
+    e = _put(store)
+    rec = {"hardware": {"device": "x"}, "verify_key": "k" * 64, "ok": True, "reason": None,
+           "verified_at": "2026-01-01"}
+    first = store.put_record("k", "cpu", e.id, rec)
+    stamp = first.stat().st_mtime_ns
+    again = store.put_record("k", "cpu", e.id, {**rec, "verified_at": "2026-02-02"})
+    assert again == first and first.stat().st_mtime_ns == stamp     # no churn
+    failed = store.put_record("k", "cpu", e.id, {**rec, "ok": False, "reason": "case 3"})
+    assert failed != first and first.exists()                        # beside it, never over it
+    other_key = store.put_record("k", "cpu", e.id, {**rec, "verify_key": "j" * 64})
+    assert len({first, failed, other_key}) == 3
+    assert len(store.records("k", "cpu", e.id)) == 3
+
+
+def test_a_replaced_verified_entry_stays_with_its_records(tmp_path):
+    store = Store(tmp_path / "cache")
+    old = _put(store)
+    store.put_record("k", "cpu", old.id, {"hardware": {"device": "x"}, "verify_key": "v",
+                                         "ok": True})
+    new = _put(store, source="int b;")
+    assert store.current("k", "cpu").id == new.id
+    assert store.pointer("k", "cpu")["previous"] == [old.id]
+    assert store.records("k", "cpu", old.id) and store.entry("k", old.id) is not None
+    assert store.garbage() == []
+
+
+def test_a_pending_entry_waits_beside_the_current_one(tmp_path):
+    store = Store(tmp_path / "cache")
+    cur = _put(store)
+    waiting = _put(store, source="int b;", pending=True)
+    assert store.current("k", "cpu").id == cur.id
+    assert [e.id for e in store.pending("k", "cpu")] == [waiting.id]
+    assert store.garbage() == []
+    store.point("k", "cpu", waiting.id)          # verified on its hardware: it becomes current
+    assert store.current("k", "cpu").id == waiting.id and store.pending("k", "cpu") == []
+
+
+def test_two_writers_at_once_lose_no_pointer_update(tmp_path):
+    import threading
+
+    root = tmp_path / "cache"
+    _put(Store(root))
+
+    def writer(i):
+        s = Store(root)          # separate store objects: the file lock, not the thread lock
+        for j in range(10):
+            s.point("k", "cpu", s.current("k", "cpu").id)
+            _put(s, source=f"int v{i}_{j};", pending=True)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(Store(root).pending("k", "cpu")) == 40

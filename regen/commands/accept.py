@@ -11,7 +11,8 @@ HELP = "compile, verify and store a handoff folder"
 
 def add_arguments(parser) -> None:
     parser.add_argument("folder", help="the folder `regen handoff` wrote")
-    parser.add_argument("--force", action="store_true", help="accept although the spec changed since")
+    parser.add_argument("--force", action="store_true", help="accept although the spec changed since the handoff was written, and make "
+                        "the entry current even when it is not verified and the current one is")
     parser.add_argument("--author", help="who wrote it, for provenance (default: git user.name)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     _common.add_verbose(parser)
