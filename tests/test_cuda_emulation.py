@@ -7,6 +7,7 @@ place of the committed kernel."""
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -61,20 +62,23 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
 
 
 def _run_in_child(so):
-    """swiglu's recipe run on the emulated library `so` in a child process (a fault there does not
-    take pytest down)."""
+    """The committed swiglu recipe run on the emulated library `so` in a child process (a fault
+    there does not take pytest down)."""
     script = (f"import ctypes, sys, torch; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
               f"from support import cuda_emulation; from regen.spec import Case; "
               f"c = Case.model_validate({{'M': 2, 'N': 7, 'dtype': 'float32'}}); "
               f"cuda_emulation.run(ctypes.CDLL({str(so)!r}), 'swiglu', c, "
               f"{{'x': torch.randn(2, 14)}}); print('no fault')")
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    env = {k: v for k, v in os.environ.items() if k != "REGEN_TRY_SWIGLU"}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env=env)
 
 
-def test_emulation_catches_an_out_of_bounds_kernel(tmp_path):
+def test_emulation_catches_an_out_of_bounds_kernel(tmp_path, monkeypatch):
     """The emulation is a real check: a kernel that reads one element past its row faults, where
     the committed kernel, run the same way, does not."""
     cuda_emulation.skip_unless_available()
+    monkeypatch.delenv("REGEN_TRY_SWIGLU", raising=False)  # the mutation targets the committed one
     source, _ = committed("swiglu", "h200")
     bad = source.replace("N - start));\n  const T* a", "N - start + 1));\n  const T* a")
     assert "N - start + 1" in bad

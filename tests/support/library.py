@@ -59,11 +59,15 @@ def _tried(kernel: str, target_name: str) -> Path | None:
     return Path(folder) if folder else None
 
 
-@lru_cache(maxsize=None)
 def committed(kernel: str, target_name: str) -> tuple[str, Recipe]:
-    """(source, parsed launch recipe) of the implementation cache/ holds for kernel@target. A
-    missing one fails the test that asks: the library promises every kernel on cpu and h200."""
-    folder = _tried(kernel, target_name)
+    """(source, parsed launch recipe) of the implementation cache/ holds for kernel@target (or of
+    the $REGEN_TRY_<KERNEL> folder, for h200). A missing one fails the test that asks: the library
+    promises every kernel on cpu and h200."""
+    return _read(kernel, target_name, _tried(kernel, target_name))
+
+
+@lru_cache(maxsize=None)
+def _read(kernel: str, target_name: str, folder: Path | None) -> tuple[str, Recipe]:
     if folder is not None:
         source = next(p for p in sorted(folder.glob("kernel.*"))).read_text()
         recipe_path = folder / "launch.yaml"
