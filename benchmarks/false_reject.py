@@ -80,7 +80,8 @@ def run_kernel(project, kernel: str, source: str, recipe: str, seeds: int, hidde
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1000, help="fresh seeds per case (default 1000)")
-    parser.add_argument("--kernels", default="", help="comma-separated kernels (default: every committed cpu one)")
+    parser.add_argument("--kernels", default="",
+                        help="comma-separated kernels (default: every committed cpu one)")
     parser.add_argument("--hidden", action="store_true", help="add a hidden-size variant per entry")
     parser.add_argument("--max-elements", type=int, default=0,
                         help="skip cases with more tensor elements than this (0: none skipped)")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-hypothesis = pytest.importorskip("hypothesis", reason="the fuzz tests need hypothesis (pip install -e .[test])")
+pytest.importorskip("hypothesis", reason="the fuzz tests need hypothesis (pip install -e .[test])")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

@@ -67,7 +67,8 @@ def test_key_changes_with_any_change_of_a_component_and_only_then():
 def test_prose_whitespace_and_yaml_comments_do_not_change_the_generate_key(tmp_path, cpu):
     intent = "intent: |\n  y = alpha * x elementwise over a contiguous [M, N] tensor, computed in float32.\n"
     assert intent in SCALE_SPEC
-    rewrapped = SCALE_SPEC.replace(intent, "# a reviewer's comment\nintent: |\n  y = alpha * x   elementwise\n"
+    rewrapped = SCALE_SPEC.replace(intent, "# a reviewer's comment\nintent: |\n"
+                                           "  y = alpha * x   elementwise\n"
                                            "  over a contiguous [M, N] tensor,\n\n  computed in float32.\n")
     reworded = SCALE_SPEC.replace(intent, intent.replace("computed", "always computed"))
     a, b, c = (_spec(tmp_path / n, t) for n, t in (("a", SCALE_SPEC), ("b", rewrapped), ("c", reworded)))
@@ -166,8 +167,10 @@ def test_differences_give_one_line_per_component_naming_it():
 
 
 def test_differences_stay_one_short_line_for_long_or_multiline_values():
-    old = {"notes": "first line\nsecond line", "blob": {"k": "x" * 200}, "many": {str(i): i for i in range(9)}}
-    new = {"notes": "first line\nthird line", "blob": {"k": "y" * 200}, "many": {str(i): -i for i in range(9)}}
+    old = {"notes": "first line\nsecond line", "blob": {"k": "x" * 200},
+           "many": {str(i): i for i in range(9)}}
+    new = {"notes": "first line\nthird line", "blob": {"k": "y" * 200},
+           "many": {str(i): -i for i in range(9)}}
     lines = keys.differences(old, new)
     assert len(lines) == 3
     for line in lines:

@@ -97,7 +97,8 @@ INVALID = [
     ("not yaml", "launches: [\n", "launch.yaml:2", "YAML syntax error: did not find expected node content"),
     ("no launches", "workspace: []\n", "launches", "Field required"),
     ("empty launches", "launches: []\n", "launches", "at least 1 item"),
-    ("unknown key", "launches:\n  - {kernel: k, args: [], threads: 4}\n", "launches.0.threads", "Extra inputs"),
+    ("unknown key", "launches:\n  - {kernel: k, args: [], threads: 4}\n", "launches.0.threads",
+     "Extra inputs"),
     ("no args", "launches:\n  - {kernel: k}\n", "launches.0.args", "Field required"),
     ("four grid dims", "launches:\n  - {kernel: k, grid: [1, 1, 1, 1], args: []}\n", "launches.0.grid",
      "1 to 3 dimensions"),
@@ -105,8 +106,10 @@ INVALID = [
      "not allowed"),
     ("unsafe arg", "launches:\n  - kernel: k\n    args: [\"__import__('os')\"]\n", "launches.0.args",
      "not allowed"),
-    ("unknown type prefix", "launches:\n  - {kernel: k, args: ['uint8:N']}\n", "launches.0.args", "cannot parse"),
-    ("bad workspace dtype", "launches:\n  - {kernel: k, args: []}\nworkspace:\n  - {name: w, dtype: f32, shape: [1]}\n",
+    ("unknown type prefix", "launches:\n  - {kernel: k, args: ['uint8:N']}\n", "launches.0.args",
+     "cannot parse"),
+    ("bad workspace dtype",
+     "launches:\n  - {kernel: k, args: []}\nworkspace:\n  - {name: w, dtype: f32, shape: [1]}\n",
      "workspace.0.dtype", "unknown dtype 'f32'"),
 ]
 
