@@ -32,11 +32,6 @@ def kernels() -> list[str]:
     return sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
 
 
-def targets() -> list[str]:
-    """Every concrete target: targets/*.yaml except the abstract _*.yaml bases."""
-    return sorted(p.stem for p in (ROOT / "targets").glob("*.yaml") if not p.stem.startswith("_"))
-
-
 @lru_cache(maxsize=None)
 def spec(kernel: str) -> Spec:
     return load_spec(ROOT / "specs" / f"{kernel}.yaml")
