@@ -1,12 +1,13 @@
 """False rejections of the oracle: honest implementations verified over many fresh seeds.
 
-Every hand-written CPU implementation in handoffs/<kernel>@cpu is compiled and verified, in one
-worker process per kernel, on each of its spec's correctness cases with N fresh seeds (each
-(case, seed) pair is its own entry, so every failure is counted, not only the first), with every
-guard of regen/judge/ active and, with --hidden, a hidden variant per entry
-(each with its own size step; one that lands on a listed shape is left out). The claim: 0 false
-rejections. Cost on the shared 2-core dev machine: about 0.05-0.7 s per (case, seed), so the
-default 1000 seeds over every case of every kernel is hours; --max-elements trims the big cases.
+Every committed CPU implementation (cache/<kernel>/cpu, read through regen's Store) is compiled
+and verified, in one worker process per kernel, on each of its spec's correctness cases with N
+fresh seeds (each (case, seed) pair is its own entry, so every failure is counted, not only the
+first), with every guard of regen/judge/ active and, with --hidden, a
+hidden variant per entry (each with its own size step; one that lands on a listed shape is left
+out). The claim: 0 false rejections. Cost on the shared 2-core dev machine: about 0.05-0.7 s per
+(case, seed), so the default 1000 seeds over every case of every kernel is hours; --max-elements
+trims the big cases.
 
     python benchmarks/false_reject.py [--seeds 1000] [--kernels softmax,rmsnorm] [--hidden]
                                       [--max-elements 0] [--timeout 36000]
@@ -23,10 +24,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def honest_implementations(kernels: list[str] | None) -> list[tuple[str, Path]]:
-    found = sorted((d.name.split("@")[0], d) for d in (REPO / "handoffs").glob("*@cpu")
-                   if (d / "kernel.cpp").exists() and (d / "launch.yaml").exists())
-    return [(k, d) for k, d in found if not kernels or k in kernels]
+def honest_implementations(kernels: list[str] | None) -> list[tuple[str, str, str]]:
+    """(kernel, source, recipe) of every committed cpu implementation (those named, if any)."""
+    from regen.store import Store
+
+    store = Store(REPO / "cache")
+    found = []
+    for kernel in sorted(p.stem for p in (REPO / "specs").glob("*.yaml")):
+        entry = store.current(kernel, "cpu")
+        if entry is not None and (not kernels or kernel in kernels):
+            found.append((kernel, entry.source(), entry.recipe()))
+    return found
 
 
 def elements(spec, case) -> int:
@@ -39,13 +47,13 @@ def elements(spec, case) -> int:
     return total
 
 
-def run_kernel(project, kernel: str, handoff: Path, seeds: int, hidden: bool, max_elements: int,
-               timeout_s: float) -> dict:
+def run_kernel(project, kernel: str, source: str, recipe: str, seeds: int, hidden: bool,
+               max_elements: int, timeout_s: float) -> dict:
     from regen.compile import compile_source
     from regen.judge import Settings, run
 
     spec, target = project.spec(kernel), project.target("cpu")
-    compiled = compile_source((handoff / "kernel.cpp").read_text(), target)
+    compiled = compile_source(source, target)
     if not compiled.result.ok:
         return {"kernel": kernel, "error": "compile failed: " + compiled.result.log[-500:]}
     cases = [c for c in spec.correctness_cases()
@@ -54,8 +62,8 @@ def run_kernel(project, kernel: str, handoff: Path, seeds: int, hidden: bool, ma
     entries = [c for c in cases for _ in range(seeds)]
     settings = Settings(seeds=1, hidden_cases=hidden, timeout_s=timeout_s)
     t0 = time.perf_counter()
-    outcome = run(spec, target, project.oracle_path(kernel), (handoff / "launch.yaml").read_text(),
-                  compiled.result.binary, settings, cases=entries)
+    outcome = run(spec, target, project.oracle_path(kernel), recipe, compiled.result.binary, settings,
+                  cases=entries)
     wall = time.perf_counter() - t0
     failed = [c for c in outcome.cases if c.get("ok") is False]
     verified = len(outcome.cases)
@@ -72,7 +80,8 @@ def run_kernel(project, kernel: str, handoff: Path, seeds: int, hidden: bool, ma
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1000, help="fresh seeds per case (default 1000)")
-    parser.add_argument("--kernels", default="", help="comma-separated kernels (default: every handoffs/*@cpu)")
+    parser.add_argument("--kernels", default="",
+                        help="comma-separated kernels (default: every committed cpu one)")
     parser.add_argument("--hidden", action="store_true", help="add a hidden-size variant per entry")
     parser.add_argument("--max-elements", type=int, default=0,
                         help="skip cases with more tensor elements than this (0: none skipped)")
@@ -84,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     project = Project(REPO)
     impls = honest_implementations([k for k in args.kernels.split(",") if k] or None)
     if not impls:
-        print("no honest implementations found (handoffs/*@cpu)")
+        print("no honest implementations found (no committed cpu entry in cache/)")
         return 2
     total_fail = total_verified = 0
     t0 = time.perf_counter()
-    for kernel, handoff in impls:
-        r = run_kernel(project, kernel, handoff, args.seeds, args.hidden, args.max_elements,
+    for kernel, source, recipe in impls:
+        r = run_kernel(project, kernel, source, recipe, args.seeds, args.hidden, args.max_elements,
                        args.timeout)
         if "error" in r:
             print(f"{kernel:14s} ERROR {r['error']}")

@@ -21,7 +21,7 @@ against torch.compile's 183.0 us in the same run (0.999x: parity, not a win). Re
     python benchmarks/variants.py swiglu --target h200 variants/swiglu/*
     # or, on the device: bash benchmarks/h200_run.sh variants:swiglu (pick:swiglu accepts the best)
 
-Each folder passes tests/test_library_a.py's CUDA emulation (REGEN_TRY_SWIGLU=variants/swiglu/X).
+Each folder passes tests/test_cuda_emulation.py (REGEN_TRY_SWIGLU=variants/swiglu/X).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ LOAD = {
     "ldcs": "    return __ldcs(reinterpret_cast<const uint4*>(p));",
     # a weak coherent load, as Triton emits (ld.global.v4.b32 -> LDG.E.128); plain C++ through a
     # const __restrict__ pointer becomes ld.global.nc, so it is written in PTX (the CPU emulation
-    # of tests/test_library_a.py has no PTX and takes the C++ branch)
+    # of tests/test_cuda_emulation.py has no PTX and takes the C++ branch)
     "ptx": """#ifdef __CUDA_ARCH__
     uint4 r;
     asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"

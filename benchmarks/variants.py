@@ -1,17 +1,17 @@
 """Time candidate implementations of one kernel side by side, before any of them is accepted.
 
-Each DIR holds what `regen handoff` writes (the kernel source + launch.yaml). Every candidate goes
+Each DIR holds what `regen handoff` writes (the kernel source + launch.yaml); the word `committed`
+stands for the implementation cache/ holds for the kernel and target. Every candidate goes
 through the same path as `regen verify`: compile, resource checks, a child-process worker that
 checks the outputs of the benchmark cases and times them (L2 flushed, launch overhead kept out of
 the device timer). No baselines are timed, so a comparison of five variants takes seconds.
 
-    python benchmarks/variants.py rmsnorm --target h200 handoffs/rmsnorm@h200 /tmp/v1 /tmp/v2
+    python benchmarks/variants.py rmsnorm --target h200 committed /tmp/v1 /tmp/v2
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -25,10 +25,24 @@ from regen.store import Store
 from regen.judge import Settings
 
 
+def _candidate(store: Store, kernel: str, target: str, folder: Path) -> tuple[str, str, str] | str:
+    """(source file name, source, recipe) of one candidate, or why there is none."""
+    if str(folder) == "committed" and not folder.is_dir():
+        entry = store.current(kernel, target)
+        if entry is None:
+            return f"cache/ has no committed implementation of {kernel}@{target}"
+        return entry.source_name, entry.source(), entry.recipe()
+    source = next((folder / n for n in SOURCE_NAMES.values() if (folder / n).exists()), None)
+    if source is None:
+        return f"no kernel source ({', '.join(SOURCE_NAMES.values())})"
+    return source.name, source.read_text(), (folder / "launch.yaml").read_text()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("kernel")
-    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                    help="a candidate folder, or `committed` for the implementation in cache/")
     ap.add_argument("--target", "-t", required=True)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--pick-into", type=Path, metavar="DIR",
@@ -41,14 +55,14 @@ def main() -> int:
     ctx = Context(project, Store(project.cache_dir), settings=settings)
     failed, scores = 0, {}
     for folder in args.dirs:
-        source = next((folder / n for n in SOURCE_NAMES.values() if (folder / n).exists()), None)
-        if source is None:
-            print(f"{folder}: no kernel source ({', '.join(SOURCE_NAMES.values())})")
+        candidate = _candidate(ctx.store, args.kernel, args.target, folder)
+        if isinstance(candidate, str):
+            print(f"{folder}: {candidate}")
             failed += 1
             continue
+        source_name, source_text, recipe_text = candidate
         stage, ok, feedback, compiled, _checks, outcome = evaluate(
-            ctx, spec, target, source.read_text(), (folder / "launch.yaml").read_text(), True,
-            settings, cases=spec.bench_cases())
+            ctx, spec, target, source_text, recipe_text, True, settings, cases=spec.bench_cases())
         if outcome is None or not outcome.bench:
             print(f"{folder}: {stage} {'ok' if ok else 'FAILED'}: {str(feedback)[:400]}")
             failed += not ok
@@ -63,15 +77,16 @@ def main() -> int:
             print(f"{folder}: FAILED: {str(feedback)[:400]}")
             failed += 1
         elif all(r.get("floor_fraction") for r in outcome.bench):
-            scores[folder] = (min(r["floor_fraction"] for r in outcome.bench), source)
+            scores[folder] = (min(r["floor_fraction"] for r in outcome.bench), candidate)
     if args.pick_into is not None:
         if not scores:
             print("no candidate passed: nothing picked")
             return 1
         best = max(scores, key=lambda f: scores[f][0])
+        source_name, source_text, recipe_text = scores[best][1]
         args.pick_into.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(scores[best][1], args.pick_into / scores[best][1].name)
-        shutil.copyfile(best / "launch.yaml", args.pick_into / "launch.yaml")
+        (args.pick_into / source_name).write_text(source_text)
+        (args.pick_into / "launch.yaml").write_text(recipe_text)
         print(f"picked {best} ({scores[best][0]:.1%} of floor, slowest case) into {args.pick_into}")
         return 0
     return 1 if failed else 0

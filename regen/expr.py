@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from functools import lru_cache
 
 from .dtypes import DTYPES, itemsize
@@ -45,20 +46,45 @@ _CMPOPS = {
 }
 
 
+# Bounds no formula comes near: a bigger integer or a deeper expression is refused, not computed
+# (an exponent or shift can otherwise ask for a number with billions of digits).
+MAX_INT_BITS = 4096
+MAX_DEPTH = 100
+
+_UNARYOPS = (ast.USub, ast.UAdd, ast.Not)
+_ALLOWED = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.BoolOp,
+            ast.And, ast.Or, ast.Compare, ast.IfExp, ast.Call, *_BINOPS, *_CMPOPS, *_UNARYOPS)
+
+
 @lru_cache(maxsize=4096)
 def parse(text: str) -> ast.Expression:
+    """The expression's syntax tree, if it uses only the allowed constructs (raises ExprError)."""
     try:
-        tree = ast.parse(str(text).strip(), mode="eval")
+        with warnings.catch_warnings():  # e.g. "1if": a user's formula, not regen's code
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(str(text).strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"cannot parse expression {text!r}: {exc.msg}") from None
-    for node in ast.walk(tree):
+    except (ValueError, MemoryError, RecursionError):  # null bytes; nesting the parser refuses
+        raise ExprError(f"cannot parse expression {text!r}: too deeply nested or not text") from None
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ExprError(f"expression nested more than {MAX_DEPTH} deep in {text!r}")
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
                 raise ExprError(f"function not allowed in {text!r}; allowed: {sorted(FUNCTIONS)}")
-        elif isinstance(node, (ast.Attribute, ast.Subscript, ast.Lambda, ast.ListComp,
-                               ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.Starred,
-                               ast.NamedExpr)):
+            if node.keywords:
+                raise ExprError(f"keyword arguments not allowed in {text!r}")
+        elif isinstance(node, ast.Constant):
+            if type(node.value) not in (int, float, str, bool):
+                raise ExprError(f"constant not allowed in {text!r}")
+        elif isinstance(node, ast.Name) and node.id.startswith("__"):
+            raise ExprError(f"name not allowed in {text!r}: {node.id}")
+        elif not isinstance(node, _ALLOWED):
             raise ExprError(f"construct not allowed in {text!r}: {type(node).__name__}")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return tree
 
 
@@ -72,12 +98,44 @@ def names(text: str | int | float) -> set[str]:
 
 
 def evaluate(text: str | int | float, env: dict):
-    """Evaluate an expression; plain numbers pass through."""
+    """Evaluate an expression; plain numbers pass through. Any failure is an ExprError that quotes
+    the expression (division by zero, a math domain error, a number too large, a wrong type)."""
     if isinstance(text, bool):
         return text
     if isinstance(text, (int, float)):
         return text
-    return _eval(parse(str(text)).body, env, str(text))
+    tree = parse(str(text))
+    try:
+        return _eval(tree.body, env, str(text))
+    except ExprError:
+        raise
+    except (ArithmeticError, TypeError, ValueError, KeyError, RecursionError) as exc:
+        raise ExprError(f"cannot evaluate {text!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _number(value, text):
+    if isinstance(value, (int, float)):  # bool is an int
+        return value
+    raise ExprError(f"arithmetic on {type(value).__name__} {value!r} in {text!r}")
+
+
+def _checked(value, text):
+    """A result within the bounds: real, and an integer of at most MAX_INT_BITS bits."""
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ExprError(f"integer of more than {MAX_INT_BITS} bits in {text!r}")
+    if isinstance(value, complex):
+        raise ExprError(f"complex result in {text!r}")
+    return value
+
+
+def _binop(op, a, b, text):
+    a, b = _number(a, text), _number(b, text)
+    if isinstance(a, int) and isinstance(b, int):  # refuse before computing a huge number
+        if isinstance(op, ast.Pow) and b > 0 and abs(a) > 1 and b * (a.bit_length() - 1) > MAX_INT_BITS:
+            raise ExprError(f"integer of more than {MAX_INT_BITS} bits in {text!r}")
+        if isinstance(op, ast.LShift) and a and b > 0 and a.bit_length() + b > MAX_INT_BITS:
+            raise ExprError(f"integer of more than {MAX_INT_BITS} bits in {text!r}")
+    return _checked(_BINOPS[type(op)](a, b), text)
 
 
 def _eval(node, env, text):
@@ -92,29 +150,31 @@ def _eval(node, env, text):
             return node.id
         raise ExprError(f"unknown name {node.id!r} in {text!r}; known: {sorted(env)}")
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return _BINOPS[type(node.op)](_eval(node.left, env, text), _eval(node.right, env, text))
+        return _binop(node.op, _eval(node.left, env, text), _eval(node.right, env, text), text)
     if isinstance(node, ast.UnaryOp):
         v = _eval(node.operand, env, text)
         if isinstance(node.op, ast.USub):
-            return -v
+            return -_number(v, text)
         if isinstance(node.op, ast.UAdd):
-            return v
+            return +_number(v, text)
         if isinstance(node.op, ast.Not):
             return not v
-    if isinstance(node, ast.BoolOp):
-        vals = [_eval(v, env, text) for v in node.values]
+    if isinstance(node, ast.BoolOp):  # short-circuits, as guards like "N > 0 and M // N > 2" need
+        vals = (_eval(v, env, text) for v in node.values)
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, env, text)
         for op, comp in zip(node.ops, node.comparators):
             right = _eval(comp, env, text)
-            if type(op) not in _CMPOPS or not _CMPOPS[type(op)](left, right):
+            if type(op) not in _CMPOPS:
+                raise ExprError(f"comparison not allowed in {text!r}: {type(op).__name__}")
+            if not _CMPOPS[type(op)](left, right):
                 return False
             left = right
         return True
     if isinstance(node, ast.IfExp):
         return _eval(node.body if _eval(node.test, env, text) else node.orelse, env, text)
-    if isinstance(node, ast.Call):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
         args = [_eval(a, env, text) for a in node.args]
-        return FUNCTIONS[node.func.id](*args)
+        return _checked(FUNCTIONS[node.func.id](*args), text)
     raise ExprError(f"construct not allowed in {text!r}: {type(node).__name__}")

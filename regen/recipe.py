@@ -108,8 +108,11 @@ class BoundLaunch:
 def parse_recipe(text: str, source: str = "launch.yaml") -> Recipe:
     try:
         data = yamlio.load(text)
-    except yamlio.yaml.YAMLError as exc:
-        raise InputError(f"YAML syntax error: {exc}", file=source) from None
+    except yamlio.yaml.YAMLError as exc:  # one line, like yamlio.read_yaml: the problem and its line
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"YAML syntax error: {problem}", file=source,
+                         line=mark.line + 1 if mark is not None else None) from None
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# tests/support (helpers shared by test files) imports as `support` in any pytest import mode
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
 
 SCALE_SPEC = """\
 name: scale

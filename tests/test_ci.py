@@ -102,7 +102,7 @@ def test_junit_summary_and_annotations_from_a_run_with_one_failing_kernel(projec
 
 
 def _derived_seeds(secret: str, n: int = 256) -> set[str]:
-    # the derivation regen/verify.py documents: sha256("<secret>:<i>"), first 4 bytes little-endian
+    # the derivation regen/judge/parent.py documents: sha256("<secret>:<i>"), first 4 bytes little-endian
     return {str(int.from_bytes(hashlib.sha256(f"{secret}:{i}".encode()).digest()[:4], "little"))
             for i in range(n)}
 

@@ -1,0 +1,223 @@
+// CUDA execution model emulated on the CPU, for tests: a CUDA source (its <cuda*> includes
+// removed) is compiled with g++ after this header, in one translation unit, into a shared object
+// whose emu_launch() runs one of its kernels over a grid (tests/support/cuda_emulation.py).
+//
+// Every CUDA thread is a ucontext fiber; __syncthreads and warp shuffles are real barriers (a
+// deadlock aborts); 16-byte loads and stores assert alignment; the Python side ends every buffer
+// at a PROT_NONE page, so an access past its end faults. Fast intrinsics are modelled by their
+// float32 library versions. Linux on x86-64 only (the launcher relies on the SysV calling
+// convention).
+#pragma once
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ucontext.h>
+#include <vector>
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__
+#define __shared__ static
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+struct __nv_bfloat16 { uint16_t b; };
+struct __half { uint16_t b; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+struct __half2 { __half x, y; };
+inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float(unsigned(h.b) << 16); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {uint16_t(u >> 16)};
+}
+inline float __half2float(__half hh) {
+  uint16_t h = hh.b;
+  unsigned sign = unsigned(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) { float v = float(mant) * 5.9604644775390625e-8f; return sign ? -v : v; }
+  if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+  return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+inline __half __float2half_rn(float f) {
+  unsigned u = __float_as_uint(f), sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u >= 0x47800000u) return {uint16_t(sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u))};
+  if (u < 0x38800000u) {
+    float t = __uint_as_float(u) + 0.5f;
+    return {uint16_t(sign | (__float_as_uint(t) - 0x3f000000u))};
+  }
+  u += 0xc8000fffu + ((u >> 13) & 1u);
+  return {uint16_t(sign | (u >> 13))};
+}
+inline __half __ushort_as_half(unsigned short s) { return {s}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
+}
+inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
+inline float __expf(float x) { return exp2f(x * 1.4426950408889634f); }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+template <class T> inline T __ldg(const T* p) {
+  if (sizeof(T) == 16 && (reinterpret_cast<uintptr_t>(p) & 15)) {
+    fprintf(stderr, "emu: misaligned 16-byte load at %p\n", (const void*)p);
+    abort();
+  }
+  return *p;
+}
+// cache-hinted loads and stores (streaming, L2-only, last-use...) move the same bits
+template <class T> inline T __ldcs(const T* p) { return __ldg(p); }
+template <class T> inline T __ldcg(const T* p) { return __ldg(p); }
+template <class T> inline T __ldlu(const T* p) { return __ldg(p); }
+template <class T> inline T __ldcv(const T* p) { return __ldg(p); }
+template <class T> inline void __stcs(T* p, T v) {
+  if (sizeof(T) == 16 && (reinterpret_cast<uintptr_t>(p) & 15)) {
+    fprintf(stderr, "emu: misaligned 16-byte store at %p\n", (const void*)p);
+    abort();
+  }
+  *p = v;
+}
+template <class T> inline void __stcg(T* p, T v) { __stcs(p, v); }
+template <class T> inline void __stwt(T* p, T v) { __stcs(p, v); }
+template <class T> inline void __stwb(T* p, T v) { __stcs(p, v); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.b; }
+inline unsigned short __half_as_ushort(__half h) { return h.b; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short s) { return {s}; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+struct EmuFiber { ucontext_t ctx; dim3 tid; bool done = false; std::vector<char> stack; };
+struct Emu {
+  dim3 grid, block, bidx;
+  std::vector<EmuFiber> f;
+  ucontext_t sched;
+  int cur = -1;
+  unsigned live = 0, arrived = 0;
+  unsigned long gen = 0, events = 0;
+  std::vector<unsigned> wlive, warrived;
+  std::vector<unsigned long> wgen;
+  std::vector<uint64_t> slot;
+  void* fn; int64_t ints[10]; float flts[4];
+};
+extern Emu* g_emu;
+#define threadIdx (g_emu->f[g_emu->cur].tid)
+#define blockIdx (g_emu->bidx)
+#define blockDim (g_emu->block)
+#define gridDim (g_emu->grid)
+inline void emu_yield() { swapcontext(&g_emu->f[g_emu->cur].ctx, &g_emu->sched); }
+inline unsigned emu_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+inline void __syncthreads() {
+  Emu* e = g_emu;
+  unsigned long g = e->gen;
+  ++e->events;
+  if (++e->arrived == e->live) { e->arrived = 0; ++e->gen; return; }
+  while (e->gen == g) emu_yield();
+}
+inline void emu_warp_barrier() {
+  Emu* e = g_emu;
+  unsigned w = emu_lin() / 32;
+  unsigned long g = e->wgen[w];
+  ++e->events;
+  if (++e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; return; }
+  while (e->wgen[w] == g) emu_yield();
+}
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
+  Emu* e = g_emu;
+  unsigned me = emu_lin();
+  if (mask != 0xffffffffu || e->wlive[me / 32] != 32) {
+    fprintf(stderr, "emu: shuffle without the full warp\n");
+    abort();
+  }
+  uint64_t bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  e->slot[me] = bits;
+  emu_warp_barrier();
+  uint64_t other = e->slot[(me & ~31u) | ((me & 31u) ^ unsigned(o))];
+  emu_warp_barrier();
+  T r;
+  memcpy(&r, &other, sizeof(T));
+  return r;
+}
+
+// -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
+Emu* g_emu = nullptr;
+typedef void (*UniversalFn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                            int64_t, int64_t, float, float, float, float);
+static void emu_entry() {
+  Emu* e = g_emu;
+  // x86-64 SysV: integer-class arguments go to rdi.. then the stack in order, floats to xmm0.. in
+  // order, so one universal signature calls any (pointers and integers..., floats...) kernel.
+  reinterpret_cast<UniversalFn>(e->fn)(e->ints[0], e->ints[1], e->ints[2], e->ints[3], e->ints[4],
+                                       e->ints[5], e->ints[6], e->ints[7], e->ints[8], e->ints[9],
+                                       e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
+  e->f[e->cur].done = true;
+  ++e->events;
+  unsigned w = emu_lin() / 32;
+  --e->live;
+  if (e->live && e->arrived == e->live) { e->arrived = 0; ++e->gen; }
+  --e->wlive[w];
+  if (e->wlive[w] && e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; }
+}
+extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, int nint, const int64_t* ints, int nflt, const float* flts) {
+  Emu e;
+  g_emu = &e;
+  e.fn = fn;
+  for (int i = 0; i < 10; ++i) e.ints[i] = i < nint ? ints[i] : 0;
+  for (int i = 0; i < 4; ++i) e.flts[i] = i < nflt ? flts[i] : 0.0f;
+  e.grid = dim3{gx, gy, gz};
+  e.block = dim3{bx, by, bz};
+  const unsigned nt = bx * by * bz, nw = (nt + 31) / 32;
+  e.f.resize(nt);
+  for (auto& fb : e.f) fb.stack.resize(64 * 1024);
+  e.slot.assign(nt, 0);
+  for (unsigned z = 0; z < gz; ++z)
+    for (unsigned y = 0; y < gy; ++y)
+      for (unsigned x = 0; x < gx; ++x) {
+        e.bidx = dim3{x, y, z};
+        e.live = nt;
+        e.arrived = 0;
+        e.wlive.assign(nw, 0);
+        e.warrived.assign(nw, 0);
+        e.wgen.assign(nw, 0);
+        for (unsigned t = 0; t < nt; ++t) ++e.wlive[t / 32];
+        for (unsigned t = 0; t < nt; ++t) {
+          EmuFiber& fb = e.f[t];
+          fb.done = false;
+          fb.tid = dim3{t % bx, (t / bx) % by, t / (bx * by)};
+          getcontext(&fb.ctx);
+          fb.ctx.uc_stack.ss_sp = fb.stack.data();
+          fb.ctx.uc_stack.ss_size = fb.stack.size();
+          fb.ctx.uc_link = &e.sched;
+          makecontext(&fb.ctx, emu_entry, 0);
+        }
+        unsigned remaining = nt;
+        while (remaining) {
+          const unsigned long before = e.events;
+          for (unsigned t = 0; t < nt; ++t) {
+            if (e.f[t].done) continue;
+            e.cur = int(t);
+            swapcontext(&e.sched, &e.f[t].ctx);
+            if (e.f[t].done) --remaining;
+          }
+          if (remaining && e.events == before) {
+            fprintf(stderr, "emu: deadlock in block %u: threads wait at different barriers\n", x);
+            abort();
+          }
+        }
+      }
+  g_emu = nullptr;
+  return 0;
+}

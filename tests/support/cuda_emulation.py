@@ -1,0 +1,109 @@
+"""Run CUDA sources on the CPU: compile one with g++ against cuda_emulation.h (the CUDA execution
+model as fibers and real barriers) and launch its kernels on guarded, NaN-poisoned buffers, so a
+kernel's indexing, synchronisation and alignment are checked without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from regen.recipe import workspace_shapes
+
+from . import library
+
+HEADER = Path(__file__).with_name("cuda_emulation.h")
+
+
+def problem() -> str | None:
+    """Why the emulation cannot run here (None when it can)."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64" or not shutil.which("g++"):
+        return "the CUDA emulation needs Linux on x86-64 and g++"
+    return None
+
+
+def skip_unless_available() -> None:
+    why = problem()
+    if why:
+        pytest.skip(why)
+
+
+def unit(source: str) -> str:
+    """The translation unit g++ compiles: the emulation header, then the CUDA source without its
+    <cuda*> includes (the header stands in for them), line numbers kept for compiler errors."""
+    body = "\n".join("" if line.strip().startswith("#include <cuda") else line
+                     for line in source.splitlines())
+    return f'#include "{HEADER.name}"\n#line 1 "kernel.cu"\n{body}\n'
+
+
+def build(source: str, folder: Path) -> Path:
+    """Compile a CUDA source against the emulation into folder/emu.so; fails the test with the
+    compiler's errors if it does not build."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cpp = folder / "emu.cpp"
+    cpp.write_text(unit(source))
+    so = folder / "emu.so"
+    proc = subprocess.run(["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{HEADER.parent}",
+                           str(cpp), "-o", str(so)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return so
+
+
+class GuardedBuffer:
+    """A tensor whose storage ends exactly at a PROT_NONE page: an access past its end faults."""
+
+    def __init__(self, shape, dtype):
+        import torch
+        libc = ctypes.CDLL(None)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbytes = max(numel * torch.empty(0, dtype=dtype).element_size(), 1)
+        page = mmap.PAGESIZE
+        body = -(-nbytes // page) * page
+        self._map = mmap.mmap(-1, body + 2 * page)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        assert libc.mprotect(base, page, 0) == 0 and libc.mprotect(base + page + body, page, 0) == 0
+        raw = (ctypes.c_char * nbytes).from_address(base + page + body - nbytes)
+        self.tensor = torch.frombuffer(raw, dtype=torch.uint8)[: numel * torch.empty(0, dtype=dtype)
+                                                               .element_size()].view(dtype).reshape(shape)
+
+
+def run(lib, kernel: str, case, inputs: dict):
+    """The committed h200 recipe's launches on guarded, NaN-poisoned buffers (workspaces zeroed
+    where the recipe asks). Returns (outputs, names of inputs the kernels changed, kernels run)."""
+    import torch
+    s = library.spec(kernel)
+    launches, recipe, env = library.bound(kernel, "h200", case)
+    keep, bufs = [], {}
+
+    def buffer(name, shape, dtype, fill):
+        g = GuardedBuffer(shape, dtype)
+        keep.append(g)
+        bufs[name] = g.tensor
+        return g.tensor.copy_(fill) if isinstance(fill, torch.Tensor) else g.tensor.fill_(fill)
+
+    for name, x in inputs.items():
+        buffer(name, list(x.shape), x.dtype, x)
+    for t in s.signature.outputs:
+        buffer(t.name, s.tensor_shape(t, case), getattr(torch, s.tensor_dtype(t, case)), float("nan"))
+    for name, (dtype, shape, zero) in workspace_shapes(recipe, env).items():
+        buffer(name, shape, getattr(torch, dtype), 0.0 if zero else float("nan"))
+    for launch in launches:
+        ints = [bufs[a.value].data_ptr() if a.kind == "tensor" else int(a.value)
+                for a in launch.args if a.kind in ("tensor", "int32", "int64")]
+        flts = [float(a.value) for a in launch.args if a.kind == "float32"]
+        assert len(ints) <= 10 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
+        fn = ctypes.cast(getattr(lib, launch.kernel), ctypes.c_void_p).value
+        lib.emu_launch(ctypes.c_void_p(fn), *[ctypes.c_uint(v) for v in (*launch.grid, *launch.block)],
+                       len(ints), (ctypes.c_int64 * 10)(*ints), len(flts), (ctypes.c_float * 4)(*flts))
+    outputs = {t.name: bufs[t.name].clone() for t in s.signature.outputs}
+    changed = [k for k, x in inputs.items() if not torch.equal(bufs[k], x)]
+    return outputs, changed, [launch.kernel for launch in launches]
+

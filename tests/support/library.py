@@ -1,0 +1,159 @@
+"""The committed kernel library as the tests see it: specs, oracles and the implementations that
+cache/ holds for each (kernel, target), read through regen's Store like the build reads them."""
+
+from __future__ import annotations
+
+import os
+import types
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from regen.oracle import load_oracle
+from regen.recipe import Recipe, bind, parse_recipe, workspace_shapes
+from regen.spec import Case, Spec, load_spec
+from regen.store import Store
+from regen.target import load_target
+
+ROOT = Path(__file__).resolve().parents[2]
+DTYPES = ["bfloat16", "float16", "float32"]
+
+# Library A (the row-wise kernels): row lengths at and around every dispatch boundary of the h200
+# recipes (warp / block sizes, register / split paths, 16-byte alignment, partial last chunks)
+ROW_KERNELS = ["softmax", "rmsnorm", "layernorm", "swiglu"]
+ROW_EDGES = [1, 2, 8, 255, 256, 257, 1024, 1025, 2048, 2047, 4096, 4097, 8192, 8200, 16384,
+             16385, 32768, 32769, 36864, 36872]
+SWIGLU_EDGES = [1, 2, 4, 8, 12, 4095, 4096, 4097, 2048, 2049, 8192, 8200]
+
+
+def kernels() -> list[str]:
+    """Every kernel of the project: specs/*.yaml."""
+    return sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def spec(kernel: str) -> Spec:
+    return load_spec(ROOT / "specs" / f"{kernel}.yaml")
+
+
+@lru_cache(maxsize=None)
+def oracle(kernel: str):
+    return load_oracle(ROOT / "oracles" / f"{kernel}.py")
+
+
+@lru_cache(maxsize=None)
+def target(name: str):
+    return load_target(ROOT / "targets" / f"{name}.yaml")
+
+
+def _tried(kernel: str, target_name: str) -> Path | None:
+    """$REGEN_TRY_<KERNEL>: a folder (kernel source + launch.yaml) with an h200 variant under
+    development, run through the same tests in place of the committed one before it is accepted."""
+    folder = os.environ.get(f"REGEN_TRY_{kernel.upper()}") if target_name == "h200" else None
+    return Path(folder) if folder else None
+
+
+def committed(kernel: str, target_name: str) -> tuple[str, Recipe]:
+    """(source, parsed launch recipe) of the implementation cache/ holds for kernel@target (or of
+    the $REGEN_TRY_<KERNEL> folder, for h200). A missing one fails the test that asks: the library
+    promises every kernel on cpu and h200."""
+    return _read(kernel, target_name, _tried(kernel, target_name))
+
+
+@lru_cache(maxsize=None)
+def _read(kernel: str, target_name: str, folder: Path | None) -> tuple[str, Recipe]:
+    if folder is not None:
+        source = next(p for p in sorted(folder.glob("kernel.*"))).read_text()
+        recipe_path = folder / "launch.yaml"
+        return source, parse_recipe(recipe_path.read_text(), str(recipe_path))
+    entry = Store(ROOT / "cache").current(kernel, target_name)
+    if entry is None:
+        pytest.fail(f"cache/ has no committed implementation of {kernel}@{target_name}")
+    return entry.source(), parse_recipe(entry.recipe(), f"cache/{kernel}/{target_name}/launch.yaml")
+
+
+def bound(kernel: str, target_name: str, case: Case):
+    """The committed recipe bound to one case: (launches, recipe, env)."""
+    s = spec(kernel)
+    recipe = committed(kernel, target_name)[1]
+    env = s.case_env(case)
+    buffers = {t.name for t in s.signature.tensors} | set(workspace_shapes(recipe, env))
+    return bind(recipe, env, buffers, env["T"]), recipe, env
+
+
+def edge_cases(kernel: str) -> list[Case]:
+    """Dispatch-boundary shapes beyond the spec's cases for the row kernels (none for the others),
+    dtypes rotating over the signature."""
+    if kernel not in ROW_KERNELS:
+        return []
+    edges = SWIGLU_EDGES if kernel == "swiglu" else ROW_EDGES
+    return [Case.model_validate({"M": 3 if n > 8 else 5, "N": n, "dtype": DTYPES[i % 3]})
+            for i, n in enumerate(edges)]
+
+
+def oracle_case(s: Spec, case: Case, device: str = "cpu"):
+    """The case object an oracle receives (the shape regen's worker builds)."""
+    import torch
+    env = s.case_env(case)
+    params = {p.name: env[p.name] for p in s.signature.params}
+    return types.SimpleNamespace(sizes=dict(case.sizes), dtype=getattr(torch, env["T"]),
+                                 params=params, dist=case.dist, device=device,
+                                 name=case.label(s.signature.dtypes[0]))
+
+
+def excess(out, ref, tol) -> float:
+    """max |out - ref| / (atol + rtol |ref|) over finite references (float64): > 1 fails allclose.
+    A non-finite mismatch (NaN or inf where the reference has none, or a different non-finite
+    value where it has one) counts as infinite."""
+    import torch
+    o, r = out.to(torch.float64), ref.to(torch.float64)
+    fin = torch.isfinite(r)
+    if not torch.equal(torch.isfinite(o) | ~fin, torch.ones_like(fin)):
+        return float("inf")
+    if (~fin).any() and not torch.equal(o[~fin], r[~fin]):
+        return float("inf")
+    ratio = ((o - r).abs() / (tol.atol + tol.rtol * r.abs()))[fin]
+    return ratio.max().item() if ratio.numel() else 0.0
+
+
+def assert_matches(outputs: dict, ref: dict, tol, what: str = "") -> None:
+    """Every output has the reference's shape and is within its tolerance everywhere; the failure
+    names the first element out of tolerance."""
+    import torch
+    for name, out in outputs.items():
+        want = ref[name].to(out.device) if hasattr(ref[name], "to") else ref[name]
+        assert tuple(out.shape) == tuple(want.shape), \
+            f"{what}{name}: shape {tuple(out.shape)} != {tuple(want.shape)}"
+        e = excess(out, want, tol)
+        if e > 1:
+            o, r = out.to(torch.float64), want.to(torch.float64)
+            bad = ~((o - r).abs() <= tol.atol + tol.rtol * r.abs())
+            bad &= ~(torch.isinf(r) & (o == r))
+            i = tuple(bad.nonzero()[0].tolist())
+            pytest.fail(f"{what}{name}: {int(bad.sum())} of {o.numel()} elements out of tolerance "
+                        f"(worst {e:.3g}x); at {i} got {o[i].item()!r}, want {r[i].item()!r}")
+
+
+def poisoned_buffers(kernel: str, case: Case, recipe: Recipe, device: str = "cpu") -> dict:
+    """Outputs NaN-poisoned and workspaces zeroed or NaN-poisoned, as the judge allocates them."""
+    import torch
+    s = spec(kernel)
+    bufs = {}
+    for t in s.signature.outputs:
+        bufs[t.name] = torch.full(s.tensor_shape(t, case), float("nan"), device=device,
+                                  dtype=getattr(torch, s.tensor_dtype(t, case)))
+    for name, (dtype, shape, zero) in workspace_shapes(recipe, s.case_env(case)).items():
+        bufs[name] = torch.full(shape, 0.0 if zero else float("nan"), device=device,
+                                dtype=getattr(torch, dtype))
+    return bufs
+
+
+def nvrtc_for_h200():
+    """(NVRTC toolchain, h200 target), or the test skips saying what is missing."""
+    from regen.toolchains.nvrtc import Toolchain
+    toolchain = Toolchain(disassemble=False)
+    problem = toolchain.problem()
+    if problem:
+        pytest.skip(problem)
+    return toolchain, target("h200")

@@ -1,0 +1,89 @@
+"""The committed h200 CUDA sources, compiled with g++ against an emulation of the CUDA execution
+model (tests/support/cuda_emulation.h: threads as fibers, real barriers, alignment checks, buffers
+ending at a PROT_NONE page) and run on the CPU against the oracle, on the spec's cases and on the
+shapes at every dispatch boundary of their recipes. $REGEN_TRY_<KERNEL> runs a variant folder in
+place of the committed kernel."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from support import cuda_emulation
+from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_cases, oracle, \
+    oracle_case, spec
+
+EMULATED = ROW_KERNELS + ["rope"]  # rope runs here too: plain loads, no atomics
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    """kernel -> its committed h200 source built against the emulation (built on first use)."""
+    cuda_emulation.skip_unless_available()
+
+    class Built(dict):
+        def __missing__(self, kernel):
+            source, _ = committed(kernel, "h200")
+            self[kernel] = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path_factory.mktemp(kernel))))
+            return self[kernel]
+
+    return Built()
+
+
+def _params():
+    out = []
+    for kernel in EMULATED:
+        s = spec(kernel)
+        for i, case in enumerate(s.correctness_cases()):
+            out.append(pytest.param(kernel, "spec", i, id=f"{kernel}-{case.label(s.signature.dtypes[0])}"))
+        for i, case in enumerate(edge_cases(kernel)):
+            out.append(pytest.param(kernel, "edge", i, id=f"{kernel}-edge-{case.label('')}",
+                                    marks=pytest.mark.slow))
+    return out
+
+
+@pytest.mark.parametrize("kernel,kind,index", _params())
+def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, index):
+    s, o = spec(kernel), oracle(kernel)
+    case = (s.correctness_cases() if kind == "spec" else edge_cases(kernel))[index]
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs)
+    assert not changed, f"inputs modified: {changed}"
+    ref = o.reference(pristine, view)
+    assert_matches(outputs, ref, s.tolerance[s.case_env(case)["T"]], f"{ran}: ")
+    assert o.check(pristine, outputs, view) == []
+
+
+def _run_in_child(so):
+    """The committed swiglu recipe run on the emulated library `so` in a child process (a fault
+    there does not take pytest down)."""
+    script = (f"import ctypes, sys, torch; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+              f"from support import cuda_emulation; from regen.spec import Case; "
+              f"c = Case.model_validate({{'M': 2, 'N': 7, 'dtype': 'float32'}}); "
+              f"cuda_emulation.run(ctypes.CDLL({str(so)!r}), 'swiglu', c, "
+              f"{{'x': torch.randn(2, 14)}}); print('no fault')")
+    env = {k: v for k, v in os.environ.items() if k != "REGEN_TRY_SWIGLU"}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env=env)
+
+
+def test_emulation_catches_an_out_of_bounds_kernel(tmp_path, monkeypatch):
+    """The emulation is a real check: a kernel that reads one element past its row faults, where
+    the committed kernel, run the same way, does not."""
+    cuda_emulation.skip_unless_available()
+    monkeypatch.delenv("REGEN_TRY_SWIGLU", raising=False)  # the mutation targets the committed one
+    source, _ = committed("swiglu", "h200")
+    bad = source.replace("N - start));\n  const T* a", "N - start + 1));\n  const T* a")
+    assert "N - start + 1" in bad
+    honest = _run_in_child(cuda_emulation.build(source, tmp_path / "honest"))
+    assert honest.returncode == 0 and "no fault" in honest.stdout, honest.stdout + honest.stderr
+    proc = _run_in_child(cuda_emulation.build(bad, tmp_path / "bad"))
+    assert proc.returncode == -signal.SIGSEGV and "no fault" not in proc.stdout, \
+        f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"

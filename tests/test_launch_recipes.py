@@ -1,0 +1,97 @@
+"""The committed launch recipes (cache/<kernel>/<target>, read through regen's Store) bind every
+case of their spec, and the dispatch-boundary shapes around it, to launches the hardware can run:
+one variant per case, names for the case's dtype, launchable blocks and grids, non-empty
+workspaces; the multi-launch and overlapping-tile schemes cover what they must."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from regen.recipe import workspace_shapes
+from support.library import ROW_KERNELS, bound, edge_cases, kernels, spec
+
+SHORT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _cases(kernel):
+    return [*spec(kernel).cases, *edge_cases(kernel)]
+
+
+@pytest.mark.parametrize("kernel", kernels())
+def test_cuda_recipe_launches_fit_the_hardware(kernel):
+    for case in _cases(kernel):
+        launches, recipe, env = bound(kernel, "h200", case)
+        label = case.label(spec(kernel).signature.dtypes[0])
+        for launch in launches:
+            threads = math.prod(launch.block)
+            assert threads % 32 == 0 and 32 <= threads <= 1024, f"{label}: block {launch.block}"
+            assert 1 <= launch.grid[0] < 2**31 and all(1 <= g <= 65535 for g in launch.grid[1:]), \
+                f"{label}: grid {launch.grid}"
+            assert launch.shared_mem == 0, f"{label}: {launch.kernel}"
+        for name, (_, shape, _) in workspace_shapes(recipe, env).items():
+            assert all(d >= 1 for d in shape), f"{label}: workspace {name} {shape}"
+
+
+@pytest.mark.parametrize("kernel", kernels())
+def test_cpu_recipe_makes_one_call_named_for_the_dtype(kernel):
+    for case in _cases(kernel):
+        launches, recipe, env = bound(kernel, "cpu", case)
+        label = case.label(spec(kernel).signature.dtypes[0])
+        assert len(launches) == 1, f"{label}: {[launch.kernel for launch in launches]}"
+        assert launches[0].kernel.endswith("_" + SHORT[env["T"]]), f"{label}: {launches[0].kernel}"
+        for name, (_, shape, _) in workspace_shapes(recipe, env).items():
+            assert all(d >= 1 for d in shape), f"{label}: workspace {name} {shape}"
+
+
+@pytest.mark.parametrize("kernel", ROW_KERNELS)
+def test_row_kernel_cuda_recipe_picks_one_variant_per_case(kernel):
+    """`when` guards never overlap (a split variant is a stats + apply pair); a variant is named
+    for the dtype, runs one block row per grid, and is the 16-byte vector one exactly when rows
+    are 16-byte aligned."""
+    for case in _cases(kernel):
+        launches, _, env = bound(kernel, "h200", case)
+        label = case.label(spec(kernel).signature.dtypes[0])
+        names = [launch.kernel for launch in launches]
+        assert len(names) == 1 or (len(names) == 2 and "_split_stats_" in names[0]
+                                   and names[1] == names[0].replace("_stats_", "_apply_")), \
+            f"{label}: overlapping `when` guards select {names}"
+        for launch in launches:
+            assert launch.kernel.endswith("_" + SHORT[env["T"]])
+            assert launch.grid[1:] == (1, 1), f"{label}: {launch.grid}"
+            vec = env["N"] * ELEMENT_BYTES[env["T"]] % 16 == 0
+            assert ("_vec_" in launch.kernel) == vec, f"{label}: {launch.kernel}"
+
+
+def test_cross_entropy_recipe_reduces_in_a_second_launch():
+    for case in spec("cross_entropy").cases:
+        launches, recipe, env = bound("cross_entropy", "h200", case)
+        assert [launch.kernel for launch in launches][-1] == "ce_mean_f32"
+        assert len(launches) == 2
+        assert workspace_shapes(recipe, env) == {"row_loss": ("float32", [case.sizes["N"]], False)}
+
+
+def test_maxpool3d_recipe_covers_every_output_vector():
+    """Blocks along W overlap by one vector; their stored vectors must tile [0, Q) exactly once."""
+    for case in spec("maxpool3d").cases:
+        (launch,), _, env = bound("maxpool3d", "h200", case)
+        if "_vec_" not in launch.kernel:
+            continue
+        vec = 16 // ELEMENT_BYTES[env["T"]]
+        q_count, tx = case.sizes["W"] // vec, launch.block[0]
+        stored = []
+        for z in range(launch.grid[2]):
+            for x in range(tx):
+                q = z * (tx - 1) + x
+                if q < q_count and (x + 1 < tx or q == q_count - 1):
+                    stored.append(q)
+        assert sorted(stored) == list(range(q_count)), case
+        assert 32 % tx == 0, "a row of lanes must not straddle warps"
+        oh = (case.sizes["H"] - 3) // 2 + 1
+        assert launch.grid[1] * launch.block[1] * 2 >= oh
+        od = (case.sizes["D"] - 3) // 2 + 1
+        odc = launch.args[-1].value
+        volumes = case.sizes["N"] * case.sizes["C"]
+        assert launch.grid[0] == volumes * -(-od // odc)

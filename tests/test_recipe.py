@@ -1,0 +1,135 @@
+"""Launch recipes (regen/recipe.py): how regen's own host code calls an artifact. parse_recipe
+accepts the documented form and refuses anything else with an InputError naming launch.yaml and the
+field; bind() picks launches by their `when` guards and types every argument."""
+
+from __future__ import annotations
+
+import pytest
+
+from regen.errors import InputError
+from regen.recipe import BoundArg, bind, parse_recipe, split_typed, workspace_shapes
+
+RECIPE = """\
+launches:
+  - kernel: rmsnorm_{dtype}
+    when: "N <= 16384"
+    grid: ["M", 1, 1]
+    block: [256]
+    shared_mem: "N * 4"
+    args: [x, weight, y, M, N, "float32:eps"]
+  - kernel: rmsnorm_split_{dtype}
+    when: "N > 16384"
+    grid: ["M * ceil_div(N, 4096)"]
+    block: [1024, 1, 1]
+    args: [x, partial, M, N, "int32:N // 2", "float64:eps", "int64:eps * 1000", 0.5, "M / 2", 3]
+workspace:
+  - {name: partial, dtype: float32, shape: ["M", "ceil_div(N, 4096)"], zero: true}
+  - {name: scratch, dtype: bfloat16, shape: [8]}
+"""
+BUFFERS = {"x", "weight", "y", "partial", "scratch"}
+
+
+def _env(n, m=4):
+    return {"M": m, "N": n, "eps": 1e-5, "T": "bfloat16"}
+
+
+def test_the_documented_form_parses_with_defaults_filled():
+    recipe = parse_recipe(RECIPE)
+    first, second = recipe.launches
+    assert first.block == [256, 1, 1] and second.grid == ["M * ceil_div(N, 4096)", 1, 1]
+    assert parse_recipe("launches:\n  - kernel: k\n    args: []\n").launches[0].grid == [1, 1, 1]
+    assert [w.name for w in recipe.workspace] == ["partial", "scratch"]
+
+
+def test_when_guards_pick_the_launches():
+    recipe = parse_recipe(RECIPE)
+    (short,) = bind(recipe, _env(4096), BUFFERS, "bfloat16")
+    assert short.kernel == "rmsnorm_bf16"
+    assert (short.grid, short.block, short.shared_mem) == ((4, 1, 1), (256, 1, 1), 4096 * 4)
+    (long,) = bind(recipe, _env(20000), BUFFERS, "float32")
+    assert long.kernel == "rmsnorm_split_f32" and long.grid == (4 * 5, 1, 1)
+
+
+def test_every_applying_launch_runs_in_order():
+    recipe = parse_recipe("launches:\n  - {kernel: a, args: []}\n  - {kernel: b, when: 'N > 1', args: []}\n"
+                          "  - {kernel: c, when: 'N > 2', args: []}\n")
+    assert [launch.kernel for launch in bind(recipe, {"N": 2}, set(), "float32")] == ["a", "b"]
+
+
+def test_no_applying_launch_is_an_error():
+    recipe = parse_recipe("launches:\n  - {kernel: a, when: 'N > 1', args: []}\n")
+    with pytest.raises(ValueError, match="no launch of the recipe applies"):
+        bind(recipe, {"N": 1}, set(), "float32")
+
+
+def test_arguments_are_typed_by_prefix_or_by_value():
+    recipe = parse_recipe(RECIPE)
+    (short,) = bind(recipe, _env(4096), BUFFERS, "bfloat16")
+    assert short.args == (BoundArg("tensor", "x"), BoundArg("tensor", "weight"), BoundArg("tensor", "y"),
+                          BoundArg("int64", 4), BoundArg("int64", 4096), BoundArg("float32", 1e-5))
+    (long,) = bind(recipe, _env(20000), BUFFERS, "bfloat16")
+    assert long.args[4:] == (BoundArg("int32", 10000), BoundArg("float64", 1e-5), BoundArg("int64", 0),
+                             BoundArg("float32", 0.5), BoundArg("float32", 2.0), BoundArg("int64", 3))
+    for arg in long.args[4:]:
+        assert isinstance(arg.value, float if arg.kind.startswith("float") else int)
+
+
+@pytest.mark.parametrize("arg, typed", [
+    ("int32:N", ("int32", "N")), ("float64: eps * 2", ("float64", "eps * 2")), (" int64 :M", ("int64", "M")),
+    ("N", (None, "N")), ("x", (None, "x")), ("uint8:N", (None, "uint8:N")),
+])
+def test_split_typed(arg, typed):
+    assert split_typed(arg) == typed
+
+
+def test_a_tensor_name_passes_the_buffer_not_an_expression():
+    recipe = parse_recipe("launches:\n  - {kernel: k, args: [N, x]}\n")
+    (launch,) = bind(recipe, {"N": 3, "x": 7}, {"N"}, "float32")
+    assert launch.args == (BoundArg("tensor", "N"), BoundArg("int64", 7))
+
+
+def test_workspace_shapes_are_evaluated_per_case():
+    assert workspace_shapes(parse_recipe(RECIPE), _env(20000)) == {
+        "partial": ("float32", [4, 5], True), "scratch": ("bfloat16", [8], False)}
+
+
+INVALID = [
+    ("not yaml", "launches: [\n", "launch.yaml:2", "YAML syntax error: did not find expected node content"),
+    ("no launches", "workspace: []\n", "launches", "Field required"),
+    ("empty launches", "launches: []\n", "launches", "at least 1 item"),
+    ("unknown key", "launches:\n  - {kernel: k, args: [], threads: 4}\n", "launches.0.threads",
+     "Extra inputs"),
+    ("no args", "launches:\n  - {kernel: k}\n", "launches.0.args", "Field required"),
+    ("four grid dims", "launches:\n  - {kernel: k, grid: [1, 1, 1, 1], args: []}\n", "launches.0.grid",
+     "1 to 3 dimensions"),
+    ("unsafe grid", "launches:\n  - {kernel: k, grid: ['M.bit_length()'], args: []}\n", "launches.0.grid",
+     "not allowed"),
+    ("unsafe arg", "launches:\n  - kernel: k\n    args: [\"__import__('os')\"]\n", "launches.0.args",
+     "not allowed"),
+    ("unknown type prefix", "launches:\n  - {kernel: k, args: ['uint8:N']}\n", "launches.0.args",
+     "cannot parse"),
+    ("bad workspace dtype",
+     "launches:\n  - {kernel: k, args: []}\nworkspace:\n  - {name: w, dtype: f32, shape: [1]}\n",
+     "workspace.0.dtype", "unknown dtype 'f32'"),
+]
+
+
+@pytest.mark.parametrize("text, field, message", [pytest.param(*row[1:], id=row[0]) for row in INVALID])
+def test_an_invalid_recipe_is_one_line_naming_file_and_field(text, field, message):
+    with pytest.raises(InputError) as err:
+        parse_recipe(text, "handoff/launch.yaml")
+    line = str(err.value)
+    assert "\n" not in line, line
+    assert line.startswith("handoff/launch.yaml"), line
+    if field:
+        assert field in line, f"the field {field!r} is not named: {line}"
+    assert message in line, line
+
+
+def test_a_guard_or_argument_that_cannot_be_evaluated_is_an_expr_error():
+    from regen.expr import ExprError
+    recipe = parse_recipe("launches:\n  - {kernel: k, when: 'M // N > 1', args: ['M / N']}\n")
+    with pytest.raises(ExprError, match="ZeroDivisionError"):
+        bind(recipe, {"M": 4, "N": 0}, set(), "float32")
+    with pytest.raises(ExprError, match="unknown name 'M'"):
+        bind(recipe, {"N": 1}, set(), "float32")
