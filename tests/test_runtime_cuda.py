@@ -162,12 +162,18 @@ def test_timer_flush_and_fingerprint(runtime):
     launches = bind(parse_recipe(AXPB_RECIPE), {"n": n, "a": 1.0, "b": 0, "c": 0.0},
                     {"x", "y"}, "float32")
     runtime.launch(launches, {"x": x, "y": y})  # a first launch loads the function: not hidden
-    runtime.flush_cache()
-    timer = runtime.timer()
-    timer.start()
-    runtime.launch(launches, {"x": x, "y": y})
-    timer.stop()
-    runtime.synchronize()
+    # as the judge does (regen/judge/timing.py): a sample whose launch was not hidden behind the
+    # stall is taken again with a longer stall (a cold process enqueued for 216 us once, past the
+    # first 200 us stall)
+    for _ in range(6):
+        runtime.flush_cache()
+        timer = runtime.timer()
+        timer.start()
+        runtime.launch(launches, {"x": x, "y": y})
+        timer.stop()
+        runtime.synchronize()
+        if timer.hidden() or not runtime.stall.lengthen():
+            break
     # 2**24 floats read and written: at most ~8 TB/s, so at least ~16 us.
     assert 8 * n / 10e12 < timer.seconds() < 1
     stalled, host = timer.stall_seconds(), timer._host[1] - timer._host[0]
