@@ -13,7 +13,7 @@ import pytest
 from conftest import SCALE_SPEC
 from regen import keys
 from regen.spec import load_spec, normalise_prose
-from regen.target import load_target
+from regen.target import generation_view, load_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def _spec(folder: Path, text: str = SCALE_SPEC):
 
 
 def _generate_key(spec, target, components=None, template="t1"):
-    return keys.key(keys.generate_components(spec, target, components or {}, template))
+    return keys.key(keys.generate_components(spec, generation_view([target]), components or {}, template))
 
 
 # -- canonical form and digests ------------------------------------------------------------------
@@ -182,6 +182,7 @@ def test_differences_stay_one_short_line_for_long_or_multiline_values():
 
 def test_a_spec_edit_is_named_by_its_component(tmp_path, cpu):
     spec = _spec(tmp_path)
-    a = keys.generate_components(spec, cpu, {}, "t1")
-    b = keys.generate_components(spec.model_copy(update={"intent": spec.intent + " Twice."}), cpu, {}, "t1")
+    a = keys.generate_components(spec, generation_view([cpu]), {}, "t1")
+    b = keys.generate_components(spec.model_copy(update={"intent": spec.intent + " Twice."}),
+                             generation_view([cpu]), {}, "t1")
     assert keys.differences(a, b) == ["spec.intent changed (1 word)"]

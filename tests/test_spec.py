@@ -89,11 +89,13 @@ def test_a_bytes_formula_replaces_the_default_count(tmp_path):
 
 
 def test_selector_maps_pick_the_most_specific_entry():
-    h200 = NS(name="h200", arch="sm_90a", vendor="nvidia", language="cuda")
-    a100 = NS(name="a100", arch="sm_80", vendor="nvidia", language="cuda")
-    cpu = NS(name="cpu", arch="x86-64-v2", vendor="host", language="cpp")
-    mapping = {"h200": 1, "nvidia": 2, "*": 3, "sm_80": 4, "cpp": 5}
+    h200 = NS(name="h200", family_name="sm90", arch="sm_90a", vendor="nvidia", language="cuda")
+    h100 = NS(name="h100", family_name="sm90", arch="sm_90a", vendor="nvidia", language="cuda")
+    a100 = NS(name="a100", family_name="a100", arch="sm_80", vendor="nvidia", language="cuda")
+    cpu = NS(name="cpu", family_name="cpu", arch="x86-64-v2", vendor="host", language="cpp")
+    mapping = {"h200": 1, "nvidia": 2, "*": 3, "sm_80": 4, "cpp": 5, "sm90": 6, "sm_90a": 7}
     assert select(mapping, h200) == 1          # name before everything
+    assert select(mapping, h100) == 6          # family before arch
     assert select(mapping, a100) == 4          # arch before vendor
     assert select({"nvidia": 2, "*": 3}, a100) == 2
     assert select(mapping, cpu) == 5           # language before '*'

@@ -33,22 +33,35 @@ def skip_unless_available() -> None:
         pytest.skip(why)
 
 
+def _host_line(line: str) -> str:
+    """The emulation is a host pass that selects one arch's sections: `#if __CUDA_ARCH__ >= 900`
+    sees the emulated arch (build's -D__CUDA_ARCH__), while `#ifdef __CUDA_ARCH__`, which guards
+    inline PTX only a device compiler can take, stays false as in a host pass."""
+    stripped = line.strip()
+    if stripped.startswith("#include <cuda"):
+        return ""
+    if stripped.replace(" ", "") in ("#ifdef__CUDA_ARCH__", "#ifdefined(__CUDA_ARCH__)"):
+        return "#if 0"
+    return line
+
+
 def unit(source: str) -> str:
     """The translation unit g++ compiles: the emulation header, then the CUDA source without its
     <cuda*> includes (the header stands in for them), line numbers kept for compiler errors."""
-    body = "\n".join("" if line.strip().startswith("#include <cuda") else line
-                     for line in source.splitlines())
+    body = "\n".join(_host_line(line) for line in source.splitlines())
     return f'#include "{HEADER.name}"\n#line 1 "kernel.cu"\n{body}\n'
 
 
-def build(source: str, folder: Path) -> Path:
-    """Compile a CUDA source against the emulation into folder/emu.so; fails the test with the
+def build(source: str, folder: Path, cuda_arch: int = 900) -> Path:
+    """Compile a CUDA source against the emulation into folder/emu.so, with the __CUDA_ARCH__ of
+    the target it is compiled for (900: sm_90a, the h200 recipes'); fails the test with the
     compiler's errors if it does not build."""
     folder.mkdir(parents=True, exist_ok=True)
     cpp = folder / "emu.cpp"
     cpp.write_text(unit(source))
     so = folder / "emu.so"
     proc = subprocess.run(["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{HEADER.parent}",
+                           f"-D__CUDA_ARCH__={cuda_arch}",
                            str(cpp), "-o", str(so)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return so
