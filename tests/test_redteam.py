@@ -118,14 +118,17 @@ def cases_for(m: dict, spec, gpu: bool) -> list[Case]:
         cases = [Case.model_validate(c) for c in DEFAULT_CASES]
     else:
         cases = [c for c in spec.cases if not c.bench]
-    if m.get("bench"):
+    if m.get("bench") or m.get("bench_checked"):
         cases += [c for c in spec.cases if c.bench] if gpu else [Case.model_validate(BENCH_CASE)]
     return cases
 
 
 def settings_for(m: dict, gpu: bool = False) -> Settings:
-    return Settings(seeds=2, bench=bool(m.get("bench")), baselines=(), iters=5 if not gpu else 20,
-                    warmup=2, hidden_cases=bool(m.get("hidden")), timeout_s=m.get("timeout_s", 600))
+    """The red team's settings: hidden variants and the bench case's check always on, as in
+    `regen verify`; `bench: true` times it too (`iters` timed iterations, randomised upwards)."""
+    return Settings(seeds=2, bench=bool(m.get("bench")), baselines=(),
+                    iters=m.get("iters", 5 if not gpu else 20), warmup=2,
+                    timeout_s=m.get("timeout_s", 600))
 
 
 def run_redteam(d: Path, target_name: str, tmp_path: Path, source_name: str):
@@ -214,19 +217,30 @@ def test_lint_oracle_flags_the_degenerate_oracle_only(tmp_path):
     assert lint_oracle(softmax.spec("softmax"), softmax.oracle_path("softmax")) == []
 
 
-@pytest.mark.parametrize("dev,wall,guard", [
-    ([1e-3] * 5, [1e-4] * 5, "timer"),           # device time above host wall time: forged
-    ([0.0] * 5, [1e-3] * 5, "timer"),             # a clock that stopped
-    ([1e-7] * 5, [1.1e-7] * 5, "physical-floor"),  # faster than memory can move the bytes
-    ([1e-4] * 5, [3e-2] * 5, "other-stream"),     # wall far above the timed region
+@pytest.mark.parametrize("target,dev,wall,guard", [
+    ("cpu", [1e-3] * 5, [1e-4] * 5, "timer"),           # device time above host wall time: forged
+    ("cpu", [0.0] * 5, [1e-3] * 5, "timer"),             # a clock that stopped
+    ("h200", [1e-7] * 5, [1.1e-7] * 5, "physical-floor"),  # faster than HBM can move the bytes
+    ("cpu", [1e-4] * 5, [3e-2] * 5, "other-stream"),     # wall far above the timed region
 ])
-def test_forged_timing_samples_are_refused(dev, wall, guard):
+def test_forged_timing_samples_are_refused(target, dev, wall, guard):
     """Samples that come back from the child are judged in the parent: a child that forged them
     (or a kernel that hid its work) is caught by the timing guards."""
     project = Project(ROOT)
-    spec, target = project.spec("softmax"), project.target("cpu")
-    t = judge_timing(spec, target, Case.model_validate(BENCH_CASE), {"device_s": dev, "wall_s": wall})
+    spec = project.spec("softmax")
+    t = judge_timing(spec, project.target(target), Case.model_validate(BENCH_CASE),
+                     {"device_s": dev, "wall_s": wall})
     assert t["ok"] is False and t["guard"] == guard, t
+
+
+def test_the_host_column_has_no_floor_guard_to_fail_honest_code():
+    """The cpu target's bandwidth is an estimate a cache-resident working set beats, not an upper
+    bound: a host time far below it is reported (floor_fraction above 1), never rejected."""
+    project = Project(ROOT)
+    spec, target = project.spec("softmax"), project.target("cpu")
+    t = judge_timing(spec, target, Case.model_validate(BENCH_CASE),
+                     {"device_s": [1e-5] * 5, "wall_s": [1.1e-5] * 5})
+    assert t["ok"] is True and t["floor_fraction"] > 1 and t["floor_guard"].startswith("off"), t
 
 
 # -- CUDA column (h200) ----------------------------------------------------------------------------

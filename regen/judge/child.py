@@ -5,7 +5,9 @@ starts this process with a timeout and reads back raw observations; pass/fail st
 timing medians are decided there. The guards against the known ways a kernel cheats an oracle
 (docs/reward-hacks.md; the table is docs/oracle.md, the registry guards.py) run here:
 harness.py verifies a case, watch.py guards every launch, timing.py runs the timed loop. The
-result is authenticated with a key the parent passes over stdin (never on disk), and the process
+job file is unlinked as soon as it is read, before the artifact is loaded (the job names every
+case, hidden variant and seed; nothing the artifact can open may). The result is authenticated
+with a key the parent passes over stdin (never on disk), and the process
 leaves with os._exit, so no destructor or atexit handler of the artifact runs after it.
 """
 
@@ -93,11 +95,21 @@ def _time(harness, entry: dict, case, seeds: list[int], timing: dict) -> None:
         harness.watch.tids_allowed |= thread_ids()  # torch's (compile) threads, not the artifact's
 
 
+def _forget(job_path: Path) -> None:
+    """Remove the job file (every case, hidden variant and seed) before anything untrusted is
+    loaded: no file the artifact could open reveals the job."""
+    try:
+        job_path.unlink()
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     job_path = Path(argv[1])
     # the parent's one-time key arrives on stdin, read before anything untrusted is loaded
     key = bytes.fromhex(sys.stdin.readline().strip() or "00")
     job = json.loads(job_path.read_text())
+    _forget(job_path)
     result_path = Path(job["result"])
     install_audit()
     try:

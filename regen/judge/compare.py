@@ -1,12 +1,18 @@
 """Child side: the candidate's outputs against the reference, and its inputs against their
-pristine copies. Outputs are poisoned before every run (NaN on the first, a finite sentinel on
-the second), so an element the candidate never wrote fails either way (`poisoned-outputs`)."""
+pristine copies.
+
+Every output is filled before every run with a fill drawn per run (buffers.py: NaN with a random
+payload, a random value, random values per element, zeros, or the previous launch's outputs), and
+a copy of the fill is kept. An element that still holds its fill's bits is suspect; it is
+`poisoned-outputs` (never written) when the fill there is not a value a correct output can take
+(outside the tolerance of the reference, or NaN where the reference is not), or when it held its
+(different) fill in both runs of a case. A correct output that happens to equal a fill is never
+refused: no value is a fixed sentinel.
+"""
 
 from __future__ import annotations
 
 from .results import CaseResult
-
-SENTINEL = 12288.0  # exactly representable in bf16/fp16/fp32 and far from any normalised output
 
 
 class OracleError(Exception):
@@ -20,15 +26,23 @@ def bits(t):
     return t.detach().contiguous().view(-1).view(torch.uint8) if t.numel() else t
 
 
-def poison(buf, kind: str):
-    """Fill a buffer with the poison of one run: "nan" (the first) or "sentinel" (the second)."""
+def bits_of(t):
+    """One integer per element holding that element's bits (a view of a contiguous tensor)."""
     import torch
 
-    if buf.dtype.is_floating_point:
-        return buf.fill_(float("nan") if kind == "nan" else SENTINEL)
-    if buf.dtype == torch.bool:
-        return buf.fill_(True)
-    return buf.fill_(-0x5A5A if kind == "nan" else 0x5A5A)
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.view(-1).view(ints[t.element_size()]) if t.dtype != torch.bool else \
+        t.view(-1).view(torch.uint8)
+
+
+def bound(tol, want):
+    """How far an output may be from the reference, per element: atol + rtol * |want| (0 for
+    exact dtypes). The one place the tolerance is computed (want: float64)."""
+    import torch
+
+    if tol is None:
+        return torch.zeros_like(want)
+    return tol.atol + tol.rtol * want.abs()
 
 
 def _index(idx, shape=None):
@@ -39,8 +53,11 @@ def _index(idx, shape=None):
     return tuple(int(i) for i in idx.tolist())
 
 
-def compare(spec, case, got: dict, want: dict, kind: str) -> CaseResult:
-    """Every output, element by element: poison left, NaN/inf mismatches, then the tolerance."""
+def compare(spec, case, got: dict, want: dict, fills: dict | None = None,
+            earlier: tuple[dict, dict] | None = None) -> CaseResult:
+    """Every output, element by element: fills left, NaN/inf mismatches, then the tolerance.
+    `fills`: what each output held before the run (None: not kept); `earlier`: (outputs, fills)
+    of the case's other run, for elements that kept their fill in both."""
     tol = spec.tolerance.get(spec.case_env(case)["T"])
     worst = CaseResult.passed()
     for t in spec.signature.outputs:
@@ -50,28 +67,50 @@ def compare(spec, case, got: dict, want: dict, kind: str) -> CaseResult:
         if list(w.shape) != list(g.shape):
             raise OracleError(f"reference() returned {t.name} with shape {list(w.shape)}; "
                               f"the signature says {list(g.shape)}")
-        worst = _compare_output(t.name, g, w, kind, tol, worst)
+        fill = (fills or {}).get(t.name)
+        other = None
+        if earlier is not None and earlier[1].get(t.name) is not None:
+            other = (earlier[0][t.name], earlier[1][t.name])
+        worst = _compare_output(t.name, g, w, tol, worst, fill, other)
         if not worst.ok:
             return worst
     return worst
 
 
-def _compare_output(name, g, w, kind, tol, worst: CaseResult) -> CaseResult:
+def unwritten(g, w, tol, fill, other=None):
+    """Elements the candidate never wrote: its fill is still there and is no correct output
+    there, or the element held its fill in both runs (the fills differ at every element)."""
     import torch
 
+    if fill is None:
+        return None
+    kept = bits_of(g.contiguous()) == bits_of(fill.contiguous())
+    if not bool(kept.any()):
+        return None
+    where = g.device if g.device.type == "cpu" else compare_device(g)
+    f = fill.detach().reshape(-1).to(where, torch.float64)
+    wd = w.detach().reshape(-1).to(where, torch.float64)
+    kept = kept.to(where)
+    nan_ok = torch.isnan(f) & torch.isnan(wd)
+    close = nan_ok | (f == wd) | ((f - wd).abs() <= bound(tol, wd))
+    out = kept & ~close
+    if other is not None:
+        g2, fill2 = other
+        out |= kept & (bits_of(g2.contiguous()) == bits_of(fill2.contiguous())).to(where)
+    return out if bool(out.any()) else None
+
+
+def _compare_output(name, g, w, tol, worst: CaseResult, fill=None, other=None) -> CaseResult:
+    import torch
+
+    left = unwritten(g, w, tol, fill, other)
+    if left is not None:
+        idx = _index(left.nonzero()[0, 0], shape=g.shape)
+        return CaseResult.failed("poisoned-outputs", f"{name}: {int(left.sum())} of "
+                                 f"{g.numel()} elements were never written (the fill left at {idx})")
     where = compare_device(g)
     gd = g.detach().to(where, torch.float64)
     wd = w.detach().to(where, torch.float64)
-    if kind == "sentinel" and g.dtype.is_floating_point:
-        unwritten = (gd == SENTINEL) & (wd != SENTINEL)
-    elif kind == "nan" and g.dtype.is_floating_point:
-        unwritten = torch.isnan(gd) & ~torch.isnan(wd)
-    else:
-        unwritten = torch.zeros_like(gd, dtype=torch.bool)
-    if unwritten.any():
-        idx = _index(unwritten.nonzero()[0])
-        return CaseResult.failed("poisoned-outputs", f"{name}: {int(unwritten.sum())} of "
-                                 f"{g.numel()} elements were never written (poison left at {idx})")
     nan_g, nan_w = torch.isnan(gd), torch.isnan(wd)
     if (nan_g != nan_w).any():
         idx = _index((nan_g != nan_w).nonzero()[0])
@@ -88,15 +127,25 @@ def _compare_output(name, g, w, kind, tol, worst: CaseResult) -> CaseResult:
     max_abs = float(diff.max()) if diff.numel() else 0.0
     max_rel = float(torch.where(finite, rel, torch.zeros_like(rel)).max()) if diff.numel() else 0.0
     worst = CaseResult.passed(max(worst.max_abs, max_abs), max(worst.max_rel, max_rel))
-    bad = diff > (tol.atol + tol.rtol * wd.abs() if tol is not None else 0)  # exact: ints, bool
+    allowed = bound(tol, wd)
+    bad = diff > allowed
     if bad.any():
-        idx = _index((diff - (tol.atol + tol.rtol * wd.abs()) if tol else diff).argmax(),
-                     shape=gd.shape)
+        idx = _index((diff - allowed).argmax(), shape=gd.shape)
         return CaseResult.failed(
             "tolerance", f"{name}: {int(bad.sum())} of {g.numel()} elements outside "
             f"atol={tol.atol if tol else 0} rtol={tol.rtol if tol else 0}; worst at {idx}: got "
             f"{gd[idx].item():.6g}, expected {wd[idx].item():.6g}", worst.max_abs, worst.max_rel)
     return worst
+
+
+def agree(spec, case, timed: dict, untimed: dict) -> CaseResult:
+    """The timed run's outputs against an untimed run's on the same inputs: they may differ only
+    as two correct outputs can (within the tolerance of each other)."""
+    res = compare(spec, case, timed, untimed)
+    if res.ok:
+        return res
+    return CaseResult.failed(res.guard, "the timed run's output differs from an untimed run on "
+                             f"the same inputs: {res.reason}", res.max_abs, res.max_rel)
 
 
 def compare_device(g):

@@ -1,8 +1,10 @@
 """Child side: one loaded artifact and the verification of one case.
 
 The candidate runs before the reference ever has (nothing to reuse) and again after it, with the
-reference outputs kept alive; inputs are cloned and compared bit for bit after every run (unless
-the output is declared in place); the whole device is synchronised and outputs are re-checked
+reference outputs kept alive; each run's outputs hold a fill drawn for that run (buffers.py), and
+both runs' fills are kept so an unwritten element is found whatever they were; inputs are placed
+at random offsets, cloned and compared bit for bit after every run (unless the output is declared
+in place); the whole device is synchronised and outputs are re-checked
 after a pause (no late background work). The guards around each launch are in watch.py, the
 comparison in compare.py, the timed loop in timing.py.
 """
@@ -80,15 +82,17 @@ class Harness:
             self.runtime.launch(launches, bufs)
         self.watch.after_launch()
 
-    def run_candidate(self, case, inputs: dict, kind: str) -> dict:
+    def run_candidate(self, case, inputs: dict, avoid=None) -> tuple[dict, dict]:
+        """One run on fresh output buffers filled with a fill drawn for it: (outputs, fills)."""
         from regen.recipe import bind
 
-        bufs = self.buffers.poisoned(case, inputs, kind)
+        bufs = self.buffers.outputs(case, inputs)
+        fills = self.buffers.refresh(case, bufs, self.buffers.draw_kind(), keep=True, avoid=avoid)
         all_bufs = {**inputs, **bufs}
         env = self.spec.case_env(case)
         self.launch(bind(self.recipe, env, set(all_bufs), env["T"]), all_bufs)
         self.runtime.synchronize()
-        return {t.name: bufs[t.name] for t in self.spec.signature.outputs}
+        return {t.name: bufs[t.name] for t in self.spec.signature.outputs}, fills
 
     # -- verification ----------------------------------------------------------------------
     def verify_case(self, case, seed: int) -> CaseResult:
@@ -102,20 +106,22 @@ class Harness:
         pristine = self.buffers.make_inputs(case, view, seed)
         pristine = {k: v.clone() for k, v in pristine.items()}
         # 1. candidate first: no reference output exists anywhere to be reused
-        got1 = self._candidate_run(case, pristine, "nan")
-        if isinstance(got1, CaseResult):
-            return got1
+        first = self._candidate_run(case, pristine)
+        if isinstance(first, CaseResult):
+            return first
+        got1, fills1 = first
         # 2. reference, kept alive until the end of this case
         want = self.oracle.reference({k: v.clone() for k, v in pristine.items()}, view)
         self.notes.note(case, want)
-        res = compare(self.spec, case, got1, want, "nan")
+        res = compare(self.spec, case, got1, want, fills1)
         if not res.ok:
             return res
-        # 3. candidate again, after the reference, with the other poison
-        got2 = self._candidate_run(case, pristine, "sentinel")
-        if isinstance(got2, CaseResult):
-            return got2
-        res2 = compare(self.spec, case, got2, want, "sentinel")
+        # 3. candidate again, after the reference, with a fill that differs at every element
+        second = self._candidate_run(case, pristine, avoid=fills1)
+        if isinstance(second, CaseResult):
+            return second
+        got2, fills2 = second
+        res2 = compare(self.spec, case, got2, want, fills2, earlier=(got1, fills1))
         if not res2.ok:
             return res2
         # 4. late writes and stray threads
@@ -130,10 +136,11 @@ class Harness:
                                          res2.max_rel)
         return CaseResult.passed(max(res.max_abs, res2.max_abs), max(res.max_rel, res2.max_rel))
 
-    def _candidate_run(self, case, pristine: dict, kind: str) -> dict | CaseResult:
-        """The candidate's outputs on fresh clones of the inputs, or why they are refused."""
-        run_inputs = {k: v.clone() for k, v in pristine.items()}
-        got = self.run_candidate(case, run_inputs, kind)
+    def _candidate_run(self, case, pristine: dict, avoid=None) -> tuple[dict, dict] | CaseResult:
+        """The candidate's (outputs, fills) on fresh clones of the inputs (at fresh random
+        offsets), or why they are refused."""
+        run_inputs = self.buffers.clones(pristine)
+        got = self.run_candidate(case, run_inputs, avoid)
         changed = inputs_unchanged(run_inputs, pristine, self.buffers.inplace)
         return CaseResult.failed("inputs-unchanged", changed) if changed else got
 

@@ -4,7 +4,10 @@ The kernel runs only in the child (child.py), under a timeout; a crash, a hang o
 address fails the node with a reason and the build goes on. Seeds are fresh for every run unless
 fixed; with REGEN_SECRET_SEED set they derive from that secret and are never printed or stored.
 Hidden cases (every correctness case with its sizes moved by a secret step, alignment kept) catch
-kernels specialised on the listed shapes; they run with REGEN_SECRET_SEED or REGEN_HIDDEN_CASES=1.
+kernels specialised on the listed shapes; they always run. Every benchmark case is checked too, on
+every column: where its buffers exceed the host's check budget, a same-regime variant (the
+outermost sizes made smaller at random, alignment classes and the recipe's `when` branches kept)
+is checked instead; `regen bench` checks the full case in its timed iterations.
 An oracle whose reference is constant or seed-independent on every case fails the run (a kernel
 could pass it without reading its inputs). Every failure reason ends with `[guard: NAME]`.
 """
@@ -36,8 +39,10 @@ class Settings:
     iters: int | None = None
     warmup: int = 3
     baselines: tuple[str, ...] | None = None
-    include_bench_cases: bool | None = None   # correctness on the large cases too (GPU default)
-    hidden_cases: bool | None = None  # None: on with REGEN_SECRET_SEED or REGEN_HIDDEN_CASES=1
+    include_bench_cases: bool = True  # correctness on the benchmark cases too (every column)
+    hidden_cases: bool = True         # a hidden variant of every correctness case
+    host_check_bytes: int = 64 << 20  # host column: a bench case whose buffers exceed this is
+    #                                   checked as a same-regime variant (CI: 2 cores)
 
 
 @dataclass
@@ -75,15 +80,10 @@ def hidden_variants(spec, cases: list[Case], settings: Settings) -> list[Case]:
     power-of-two factor (capped at 64), so alignment and evenness are kept but no listed shape is
     hit. The step derives from the secret (or the fixed seed, or fresh randomness) and is not shown
     when the secret is set."""
-    enabled = settings.hidden_cases
-    if enabled is None:
-        enabled = bool(os.environ.get("REGEN_SECRET_SEED")) or \
-            os.environ.get("REGEN_HIDDEN_CASES", "").lower() in ("1", "true", "yes")
-    if not enabled:
+    if not settings.hidden_cases:
         return []
     secret = os.environ.get("REGEN_SECRET_SEED")
-    salt = secret if secret else (str(settings.fixed_seed) if settings.fixed_seed is not None
-                                  else os.urandom(8).hex())
+    salt = _salt(settings)
     dtype0 = spec.signature.dtypes[0]
     listed = {tuple(sorted(c.sizes.items())) for c in spec.cases}
     out = []
@@ -103,6 +103,81 @@ def hidden_variants(spec, cases: list[Case], settings: Settings) -> list[Case]:
                         f"hidden {probe.label(dtype0)} (variant of {case.label(dtype0)})")
         out.append(Case.model_validate(data))
     return out
+
+
+def _salt(settings: Settings) -> str:
+    secret = os.environ.get("REGEN_SECRET_SEED")
+    return secret if secret else (str(settings.fixed_seed) if settings.fixed_seed is not None
+                                  else os.urandom(8).hex())
+
+
+def tensor_bytes(spec, case: Case) -> int:
+    """Bytes of every input and output buffer of one case."""
+    return sum(tensor_bytes_of(spec, t, case) for t in spec.signature.tensors)
+
+
+def _branches(spec, recipe, case: Case) -> list[str] | None:
+    from ..recipe import bind
+
+    env = spec.case_env(case)
+    names = {t.name for t in spec.signature.tensors} | {w.name for w in recipe.workspace}
+    try:
+        return [launch.kernel for launch in bind(recipe, env, names, env["T"])]
+    except Exception:  # noqa: BLE001 - no launch applies: not the same regime
+        return None
+
+
+def same_regime(spec, recipe_text: str | None, case: Case, budget: int, salt: str) -> Case:
+    """A benchmark case, or where its buffers exceed `budget` bytes a variant in the same regime:
+    its outermost sizes (those of the largest tensor, outermost first) made smaller, each to a
+    random multiple of its alignment class (min(v & -v, 64), so evenness and vector alignment are
+    kept), every other size kept, and the recipe's `when` branches selecting the same launches.
+    The case itself where no such variant fits."""
+    from ..recipe import parse_recipe
+
+    if tensor_bytes(spec, case) <= budget:
+        return case
+    recipe = parse_recipe(recipe_text) if recipe_text else None
+    want = _branches(spec, recipe, case) if recipe else None
+    biggest = max(spec.signature.tensors, key=lambda t: tensor_bytes_of(spec, t, case))
+    order = [d for d in biggest.shape if isinstance(d, str) and d in case.sizes]
+    sizes = dict(case.sizes)
+    base = {**case.model_dump(mode="json"), "name": None, "bench": False}
+    for k in order:
+        v = sizes[k]
+        step = min(v & -v, 64) if v > 0 else 0
+        if step == 0 or v <= step:
+            continue
+        probe = Case.model_validate({**base, **sizes, k: step})
+        per_step = tensor_bytes(spec, probe)
+        fit = max(step, budget // max(per_step, 1) * step)
+        fit = min(fit, v - step)
+        lo = max(step, (fit // 2) // step * step)
+        r = int.from_bytes(hashlib.sha256(f"{salt}:regime:{k}".encode()).digest()[:4], "little")
+        candidates = list(range(lo, fit + 1, step))
+        choice = candidates[r % len(candidates)]
+        trial = Case.model_validate({**base, **sizes, k: choice})
+        if recipe is not None and _branches(spec, recipe, trial) != want:
+            continue
+        sizes[k] = choice
+        if tensor_bytes(spec, trial) <= budget:
+            break
+    if sizes == case.sizes:
+        return case
+    dtype0 = spec.signature.dtypes[0]
+    probe = Case.model_validate({**base, **sizes})
+    name = (f"same-regime variant of {case.label(dtype0)}" if os.environ.get("REGEN_SECRET_SEED")
+            else f"{probe.label(dtype0)} (same-regime variant of {case.label(dtype0)})")
+    return Case.model_validate({**base, **sizes, "name": name})
+
+
+def tensor_bytes_of(spec, t, case: Case) -> int:
+    from ..dtypes import itemsize
+
+    n = 1
+    for d in spec.tensor_shape(t, case):
+        n *= d
+    return n * itemsize(spec.tensor_dtype(t, case))
 
 
 def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.0) -> list[str]:
@@ -129,7 +204,7 @@ def _job_items(cases: list[Case], settings: Settings, seed_of, include_bench: bo
         seeds = [seed_of(n + i) for i in range(1 if case.bench else settings.seeds)]
         n += len(seeds)
         item = {"case": case.model_dump(mode="json"), "seeds": seeds,
-                "verify": (not case.bench) or include_bench or settings.bench}
+                "verify": (not case.bench) or include_bench}
         if settings.bench and case.bench:
             item["time"] = True
             item["time_seeds"] = [seed_of(n + i) for i in range(3)]
@@ -144,10 +219,15 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
     """Verify (and with settings.bench, time) one binary against the oracle."""
     seed_of, seeds_label = seed_source(settings)
     gpu = LANGUAGES[target.language].on_device
-    include_bench = settings.include_bench_cases if settings.include_bench_cases is not None else gpu
+    include_bench = settings.include_bench_cases or settings.bench
     if cases is None:
-        cases = [c for c in spec.cases if not c.bench or include_bench or settings.bench]
-    cases = list(cases) + hidden_variants(spec, cases, settings)
+        cases = [c for c in spec.cases if not c.bench or include_bench]
+    hidden = hidden_variants(spec, cases, settings)
+    if not gpu and not settings.bench:
+        salt = _salt(settings)
+        cases = [same_regime(spec, recipe, c, settings.host_check_bytes, salt) if c.bench else c
+                 for c in cases]
+    cases = list(cases) + hidden
     items, used = _job_items(cases, settings, seed_of, include_bench)
     iters = settings.iters or (50 if gpu else 10)
     baselines = settings.baselines if settings.baselines is not None else (
