@@ -16,15 +16,15 @@ from conftest import SCALE_CPP, SCALE_ORACLE, SCALE_RECIPE, SCALE_SPEC, make_pro
     write_handoff
 from regen import ci
 
-# `twice` is accepted with small cases; it only writes the first 512 elements, which the case
-# added later (4 x 1000) exposes.
+# `twice` is accepted with small cases (and their hidden variants); rows of exactly 1000 elements
+# lose everything past the 512th, which the case added later (4 x 1000) exposes.
 TWICE_SPEC = SCALE_SPEC.replace("name: scale", "name: twice").replace(
     "  params:\n    - {name: alpha, type: float, default: 2.0}\n", "")
 TWICE_ORACLE = SCALE_ORACLE.replace('case.params["alpha"]', "2.0")
 TWICE_CPP = """\
 #include <cstdint>
 extern "C" void twice_f32(const float* x, float* y, int64_t M, int64_t N) {
-  for (int64_t i = 0; i < M * N && i < 512; ++i) y[i] = 2.0f * x[i];
+  for (int64_t i = 0; i < M * N && (N != 1000 || i < 512); ++i) y[i] = 2.0f * x[i];
 }
 """
 TWICE_RECIPE = """\
@@ -70,10 +70,14 @@ def test_junit_summary_and_annotations_from_a_run_with_one_failing_kernel(projec
 
     root = ET.parse(junit).getroot()
     assert root.tag == "testsuites"
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("7", "1", "2")
+    every = {(tc.get("classname"), tc.get("name")): tc for tc in root.iter("testcase")}
+    hidden = {k for k in every if "hidden" in k[1]}     # the judge's hidden variants, always on
+    assert hidden and all(every[k].find("failure") is None for k in hidden)
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == \
+        (str(7 + len(hidden)), "1", "2")
     suites = {s.get("name"): s for s in root.findall("testsuite")}
     assert set(suites) == {"scale", "twice"}
-    cases = {(tc.get("classname"), tc.get("name")): tc for tc in root.iter("testcase")}
+    cases = {k: tc for k, tc in every.items() if k not in hidden}
     assert set(cases) == {
         ("scale", "cpu[M1xN1:float32]"), ("scale", "cpu[M3xN130:float32]"), ("scale", "cpu2"),
         ("twice", "cpu[M1xN1:float32]"), ("twice", "cpu[M3xN130:float32]"),
