@@ -58,7 +58,11 @@ def field_effect(kind: str, name: str) -> str:
 #   2: host launch overhead kept outside the GPU device timer (runtimes/events.py); before, a
 #      27-70 µs Python launch gap was timed with each H200 kernel, and 40-175 µs of
 #      torch.compile guard checks with its baseline.
-JUDGE_VERSION = 2
+#   3: a judge the artifact cannot tell from production and that checks what it times: hidden
+#      shape variants and every bench case correctness-checked, random per-run output fills (no
+#      fixed sentinel) and buffer offsets, timed iterations checked on a random subset with random
+#      counts and input order, the job file gone before the artifact loads.
+JUDGE_VERSION = 3
 # Host (C++) artifacts have a judge of their own since they left the worker's process:
 #   3: host artifacts run in a process of their own (runtimes/host_exec.py), buffers staged
 #      through a shared arena; a call lasts until that process waits for the next request.
