@@ -24,7 +24,7 @@ die() { echo "setup: error: $*" >&2; exit 1; }
 missing=()
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in "${DEBIAN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
   done
 else
   for c in python3 g++ git clang-22 ld.lld-22; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
@@ -34,7 +34,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     say "installing Debian packages: ${missing[*]} (apt-get, from this machine's Debian mirrors)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
-    if ! apt-cache policy clang-22 | grep -q "Candidate: [0-9]"; then
+    policy=$(apt-cache policy clang-22)  # (not piped into grep -q: pipefail and SIGPIPE)
+    if ! grep -q "Candidate: [0-9]" <<<"$policy"; then
       die "apt has no clang-22: it comes from bookworm-security; add
   deb http://deb.debian.org/debian-security bookworm-security main
 to /etc/apt/sources.list (a Debian 12 installation has it), then run this again"
