@@ -34,6 +34,13 @@ deb $MIRROR bookworm-updates main
 deb http://deb.debian.org/debian-security bookworm-security main
 EOF
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# Where this machine's network inspects TLS through a proxy with a CA of its own, the host's CA
+# bundle is all that is carried in besides the source (HOST_CA=0 on a network that needs none).
+carry_env=()
+if [ "${HOST_CA:-1}" = 1 ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/host-network-ca.crt"
+  carry_env=(SSL_CERT_FILE=/etc/ssl/host-network-ca.crt PIP_CERT=/etc/ssl/host-network-ca.crt)
+fi
 
 # The working tree as git sees it (tracked and untracked, not ignored), nothing built.
 rm -rf "$ROOT/src" && mkdir -p "$ROOT/src"
@@ -51,9 +58,10 @@ mount --bind /dev "$ROOT/dev" && mounted+=("$ROOT/dev")
 mount --bind /dev/pts "$ROOT/dev/pts" && mounted+=("$ROOT/dev/pts")
 mount -t tmpfs tmpfs "$ROOT/tmp" && mounted+=("$ROOT/tmp")
 
+echo "clean-root: carried in: the source tree; ${carry_env[*]:-no CA bundle}"
 echo "clean-root: inside: $(chroot "$ROOT" cat /etc/debian_version), python3: $(chroot "$ROOT" sh -c 'command -v python3 || echo none'), g++: $(chroot "$ROOT" sh -c 'command -v g++ || echo none'), git: $(chroot "$ROOT" sh -c 'command -v git || echo none')"
 inside() {
-  chroot "$ROOT" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+  chroot "$ROOT" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 "${carry_env[@]}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c "cd /src && $1"
 }
 echo "clean-root: \$ bash scripts/setup.sh"
