@@ -38,7 +38,7 @@ cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 # bundle is all that is carried in besides the source (HOST_CA=0 on a network that needs none).
 carry_env=()
 if [ "${HOST_CA:-1}" = 1 ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
-  cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/host-network-ca.crt"
+  mkdir -p "$ROOT/etc/ssl" && cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/host-network-ca.crt"
   carry_env=(SSL_CERT_FILE=/etc/ssl/host-network-ca.crt PIP_CERT=/etc/ssl/host-network-ca.crt)
 fi
 
