@@ -1,6 +1,7 @@
 """A signal to regen takes its whole process tree down: the judge's child runs in a session of its
 own (so a terminal's Ctrl-C misses it) with the artifact's process in its group, and only the
-timeout used to kill them. Real CLI, real child, a cpu kernel that hangs on demand."""
+timeout used to kill them. Real CLI, real child, a cpu kernel that hangs on demand. And a reader
+of stdout that goes away ends regen quietly."""
 
 from __future__ import annotations
 
@@ -121,3 +122,14 @@ def test_a_stopped_verify_records_no_verdict(accepted):
     proc.communicate(timeout=60)
     after = {p: p.stat().st_mtime_ns for p in (accepted / "cache").rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_a_reader_that_goes_away_ends_regen_quietly(project):
+    """`regen status --json | head -1`: no BrokenPipeError traceback, the exit status of SIGPIPE."""
+    env = dict(os.environ, REGEN_LOCAL_CACHE=str(project / ".local-cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "regen.cli", "--root", str(project), "status",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader is gone before regen writes a byte
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert err == ""
