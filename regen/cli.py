@@ -1,12 +1,15 @@
 """regen's command line: the table of commands (regen/commands/) and main.
 
 Exit codes: 0 success, 1 a node failed, 2 usage or invalid input, 3 --locked and something needs
-generation. Commands that need no GPU never import torch.
+generation; 128 + N after signal N (130 Ctrl-C, 143 SIGTERM; 141 when the reader of stdout went
+away). Commands that need no GPU never import torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from .commands import COMMANDS, load
@@ -62,15 +65,41 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A signal (SIGINT, SIGTERM, SIGHUP) first kills the process groups regen
+    started (the judge's child, the artifact's process, a generator command), then exits
+    128 + its number with one line; a reader that closes the pipe early (`| head`) ends it quietly."""
+    from . import procs
+
     args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        with procs.stop_on_signals():
+            code = args.func(args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            return code
     except RegenError as exc:
         print(f"regen: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except procs.Stopped as stopped:
+        print(f"regen: stopped by {stopped}: the judge and the artifacts' processes were killed",
+              file=sys.stderr)
+        return 128 + stopped.signum
+    except KeyboardInterrupt:  # a Ctrl-C before the handlers were in place
         print("regen: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    """The reader went away: send what is still buffered to /dev/null, so that the interpreter's
+    flush at exit does not print a second traceback."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import procs
 from ..artifact import SOURCE_NAMES, Candidate, Request
 from . import GenerationError
 from .llm import redact
@@ -83,9 +84,9 @@ class CommandGenerator:
                    REGEN_TARGET=request.target, REGEN_LANGUAGE=request.language,
                    REGEN_PURPOSE=request.purpose, REGEN_SOURCE_NAME=source_name)
         started = time.monotonic()
-        proc = subprocess.Popen(self.command, shell=True, cwd=self.cwd, env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = procs.start(self.command, shell=True, cwd=self.cwd, env=env,  # a session of its own
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
         try:
             stdout, stderr = proc.communicate(request.prompt, timeout=self.timeout)
         except subprocess.TimeoutExpired:
@@ -103,6 +104,9 @@ class CommandGenerator:
             raise GenerationError(redact(
                 f"generator command timed out after {self.timeout:g} s: {self.command}\n"
                 f"task directory kept: {task}\nstderr tail:\n{_tail(stderr)}")) from None
+        finally:
+            procs.finished(proc)
+        procs.check()  # killed by a signal to regen: not the command's failure
         seconds = time.monotonic() - started
         if proc.returncode != 0:
             raise GenerationError(redact(

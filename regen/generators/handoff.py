@@ -17,17 +17,22 @@ from ..dtypes import DTYPES, short
 from ..errors import InputError
 from ..artifact import SOURCE_NAMES
 
-_CUDA_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
-_HIP_TYPES = {"bfloat16": "__hip_bfloat16", "float16": "__half"}
+# A buffer element's C type in each language's stub, where it differs from dtypes.DTYPES: the
+# host sees 16- and 8-bit floats as raw bits; NVRTC has no C library headers (no <stdint.h>, so no
+# int64_t: the NVIDIA notes ask for long long); Debian's ROCm 5.2 HIP headers have no fp8 type.
+_TYPES = {
+    "cpp": {"float16": "uint16_t", "bfloat16": "uint16_t", "float8_e4m3fn": "uint8_t",
+            "float8_e5m2": "uint8_t"},
+    "cuda": {"int64": "long long", "int32": "int", "int16": "short", "int8": "signed char",
+             "uint8": "unsigned char"},
+    "hip": {"bfloat16": "__hip_bfloat16", "float16": "__half", "float8_e4m3fn": "uint8_t",
+            "float8_e5m2": "uint8_t"},
+}
+_INDEX = {"cpp": "int64_t", "cuda": "long long", "hip": "int64_t"}  # shape symbols, int params
 
 
 def _ctype(dtype: str, language: str) -> str:
-    if language == "cpp":
-        if dtype in ("bfloat16", "float16"):
-            return "uint16_t"
-        return DTYPES[dtype][2]
-    table = _CUDA_TYPES if language == "cuda" else _HIP_TYPES
-    return table.get(dtype, DTYPES[dtype][2])
+    return _TYPES[language].get(dtype, DTYPES[dtype][2])
 
 
 def stub(spec, target) -> tuple[str, str]:
@@ -36,8 +41,12 @@ def stub(spec, target) -> tuple[str, str]:
     sig = spec.signature
     syms = sorted(sig.symbols() - {p.name for p in sig.params})
     lines = []
+    index = _INDEX[lang]
     if lang == "cuda":
-        lines += ["#include <cuda_bf16.h>", "#include <cuda_fp16.h>", "#include <stdint.h>", ""]
+        fp8 = any(d.startswith("float8") for t in (*sig.inputs, *sig.outputs)
+                  for d in (sig.dtypes if t.dtype == "T" else [t.dtype]))
+        lines += ["#include <cuda_bf16.h>", "#include <cuda_fp16.h>",
+                  *(["#include <cuda_fp8.h>"] if fp8 else []), ""]
     elif lang == "hip":
         lines += ["#include <hip/hip_runtime.h>", "#include <hip/hip_bf16.h>",
                   "#include <hip/hip_fp16.h>", ""]
@@ -52,8 +61,8 @@ def stub(spec, target) -> tuple[str, str]:
         for t in sig.outputs:
             d = dtype if t.dtype == "T" else t.dtype
             params.append(f"{_ctype(d, lang)}* __restrict__ {t.name}")
-        params += [f"int64_t {s}" for s in syms]
-        params += [f"{'float' if p.type == 'float' else 'int64_t'} {p.name}" for p in sig.params]
+        params += [f"{index} {s}" for s in syms]
+        params += [f"{'float' if p.type == 'float' else index} {p.name}" for p in sig.params]
         lines.append(f"{qual} {spec.name}_{short(dtype)}({', '.join(params)}) {{")
         lines.append("  // TODO: implement (see prompt.md)")
         lines.append("}")

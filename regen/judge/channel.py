@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .. import procs
+
 REGEN_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
 CHILD_MODULE = "regen.judge.child"
 
@@ -55,16 +57,27 @@ def run_child(job: dict, timeout_s: float) -> dict:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REGEN_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         env.pop("ANTHROPIC_API_KEY", None)  # untrusted code never sees credentials
         env.pop("REGEN_SECRET_SEED", None)
-        proc = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, str(job_path)], cwd=tmp,
-                                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        env["REGEN_JUDGE_PARENT"] = str(os.getpid())   # the child dies with this process
+        # A session of its own: the artifact's process joins the child's group, and the timeout
+        # or a signal to regen (procs.stop_on_signals) kills the whole group.
+        proc = procs.start([sys.executable, "-m", CHILD_MODULE, str(job_path)], cwd=tmp,
+                           env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
         try:
             out, err = proc.communicate(input=key.hex().encode() + b"\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+            procs.check()
             return {"error": f"timed out after {timeout_s:.0f} s (a hang, or far too slow)",
                     "kind": "timeout"}
+        except procs.Stopped:  # the group is killed already: reap the leader, then unwind
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            procs.finished(proc)
+        procs.check()  # killed by a signal to regen, not by what the artifact did
         if result.exists() or result.is_symlink():
             return unseal(result, key)
         tail = err.decode(errors="replace")[-1500:]

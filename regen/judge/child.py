@@ -104,7 +104,24 @@ def _forget(job_path: Path) -> None:
         pass
 
 
+def _die_with_parent() -> None:
+    """A regen killed outright (SIGKILL: no handler runs) must not leave the judge and the
+    artifact running: the kernel kills this process when its parent dies (Linux), and the
+    artifact's process dies with this one (regen/runtimes/cpu.py)."""
+    parent = int(os.environ.get("REGEN_JUDGE_PARENT", "0") or 0)
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent and os.getppid() != parent:   # the parent died before the death signal was set
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     job_path = Path(argv[1])
     # the parent's one-time key arrives on stdin, read before anything untrusted is loaded
     key = bytes.fromhex(sys.stdin.readline().strip() or "00")
