@@ -64,8 +64,16 @@ GUARDS: dict[str, Guard] = {g.name: g for g in (
           (_RT_CPU + "test_a_background_write_after_the_reply_is_a_late_write",
            _JUDGE + "test_a_late_write_rejects_the_case")),
     Guard("threads", "launch", (5,),
-          "a thread of the artifact's process still running after a launch (beyond OpenMP's pool)",
-          ("cpu/raw_clone",)),
+          "a thread of the artifact's process not idle (parked on a futex with no timeout) after a "
+          "launch, or using CPU after it returned (OpenMP's idle pool is parked)",
+          ("cpu/raw_clone", "cpu/sandbox_sleeping_thread",
+           _RT_CPU + "test_a_thread_that_sleeps_after_the_call_is_not_idle")),
+    Guard("sandbox", "launch", (4, 5, 7, 9),
+          "a host artifact's process making a system call outside its seccomp allowlist (a signal "
+          "to another process, a new process, a signal handler, a file opened for writing, ...): "
+          "the kernel kills it, the judge lives on",
+          ("cpu/sandbox_signal_judge", "cpu/sandbox_signal_handler", "cpu/sandbox_process",
+           _RT_CPU + "test_a_call_outside_the_allowlist_kills_only_the_artifacts_process")),
     Guard("native-code", "load", (5, 7, 9),
           "a host artifact importing file/process/thread/loader/Python C API symbols, with a "
           "writable+executable segment or stack, or raw system call instructions",
