@@ -66,7 +66,10 @@ JUDGE_VERSION = 3
 # Host (C++) artifacts have a judge of their own since they left the worker's process:
 #   3: host artifacts run in a process of their own (runtimes/host_exec.py), buffers staged
 #      through a shared arena; a call lasts until that process waits for the next request.
-HOST_JUDGE_VERSION = 3
+#   4: judge 3's production-like checks (hidden variants, bench cases, random fills and offsets,
+#      checked timed iterations) and a seccomp allowlist around the artifact's process, with
+#      thread accounting that knows OpenMP's pool and no floor guard on the host.
+HOST_JUDGE_VERSION = 4
 
 
 def judge_version(target: Target) -> int:

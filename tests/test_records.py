@@ -73,7 +73,8 @@ def test_record_of_an_older_judge_is_stale_unless_its_timing_rows_prove_the_judg
     timed = tmp_path / "judge2.json"
     timed.write_text(json.dumps(data))
     proc = regen(project, "record", "import", str(timed))
-    assert proc.returncode == 1 and "stale (judge changed (2 → 3))" in proc.stdout, proc.stdout
+    assert proc.returncode == 1 and f"stale (judge changed (2 → {HOST_JUDGE_VERSION}))" in \
+        proc.stdout, proc.stdout
     rec["verify"]["judge"] = HOST_JUDGE_VERSION
     current = tmp_path / "judge3.json"
     current.write_text(json.dumps(data))

@@ -4,6 +4,7 @@ objects built here with g++ (no regen toolchain checks in the way)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -14,7 +15,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the host runtime stages torch tensors")
 
-from regen.runtimes.cpu import ArtifactDied, ControlChannelForged, PythonAPIUsed, Runtime  # noqa: E402
+from regen.judge.guards import Rejected  # noqa: E402
+from regen.judge.watch import LaunchWatch  # noqa: E402
+from regen.runtimes.cpu import (  # noqa: E402
+    ArtifactDied, ControlChannelForged, PythonAPIUsed, Runtime, SandboxViolation)
 
 pytestmark = pytest.mark.skipif(
     shutil.which("g++") is None,
@@ -29,7 +33,14 @@ SOURCE = r"""
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
+#include <sched.h>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
 #include <unistd.h>
 #include <cstdint>
 extern "C" {
@@ -48,22 +59,64 @@ void run_python(float*) {  // ctypes released the GIL for this call: take it, as
   release(state);
 }
 void pid_into(int64_t* out) { out[0] = getpid(); }
-void escapes(int64_t* out) {  // what the seccomp filter refuses (and one thing it allows)
-  out[0] = open("/tmp/regen-escape-test", O_WRONLY | O_CREAT, 0644) < 0 ? errno : 0;
-  out[1] = fork() < 0 ? errno : 0;
-  out[2] = ptrace(PTRACE_ATTACH, getppid(), nullptr, nullptr) < 0 ? errno : 0;
-  out[3] = kill(getppid(), 0) < 0 ? errno : 0;
-  out[4] = syscall(SYS_process_vm_readv, getppid(), nullptr, 0, nullptr, 0, 0) < 0 ? errno : 0;
-  int fd = open("/proc/self/status", O_RDONLY);
-  out[5] = fd < 0 ? errno : 0;
-  out[6] = setsid() < 0 ? errno : 0;
-  out[7] = prctl(PR_SET_PDEATHSIG, 0) < 0 ? errno : 0;
-  if (fd >= 0) close(fd);
+static void on_alarm(int) {}
+void escape(int64_t* which) {  // one thing the allowlist refuses (host_exec.py): the process dies
+  siginfo_t info{};
+  info.si_code = -1;  // SI_QUEUE
+  switch (which[0]) {
+    case 0: open("/tmp/regen-escape-test", O_WRONLY | O_CREAT, 0644); break;
+    case 1: fork(); break;
+    case 2: ptrace(PTRACE_ATTACH, getppid(), nullptr, nullptr); break;
+    case 3: kill(getppid(), 0); break;
+    case 4: syscall(SYS_rt_sigqueueinfo, getppid(), 0, &info); break;  // the one a denylist forgot
+    case 5: kill(-1, 0); break;
+    case 6: kill(0, 0); break;
+    case 7: syscall(SYS_tgkill, getppid(), getppid(), 0); break;
+    case 8: syscall(SYS_tkill, getppid(), 0); break;
+    case 9: syscall(SYS_pidfd_open, getppid(), 0); break;
+    case 10: signal(SIGALRM, on_alarm); break;
+    case 11: setsid(); break;
+    case 12: prctl(PR_SET_PDEATHSIG, 0); break;
+    case 13: socket(AF_INET, SOCK_STREAM, 0); break;
+    case 14: syscall(SYS_process_vm_readv, getppid(), nullptr, 0, nullptr, 0, 0); break;
+    case 15: fcntl(1, F_SETOWN, getppid()); break;  // SIGIO to another process
+    case 16: mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); break;
+    case 17: { struct itimerval t{}; t.it_value.tv_usec = 1000; setitimer(ITIMER_REAL, &t, nullptr); break; }
+  }
 }
+void allowed(int64_t* out) {  // what an honest kernel and its runtime do: no verdict, no death
+  int fd = open("/proc/self/status", O_RDONLY);  // after the load: refused, not fatal
+  out[0] = fd < 0 ? errno : 0;
+  out[1] = kill(getpid(), 0) < 0 ? errno : 0;
+  cpu_set_t set;
+  out[2] = sched_getaffinity(0, sizeof set, &set) < 0 ? errno : 0;
+  struct timespec ts{0, 1000};
+  out[3] = nanosleep(&ts, nullptr) < 0 ? errno : 0;
+  volatile char* big = static_cast<volatile char*>(malloc(256 << 20));
+  for (size_t i = 0; i < (256u << 20); i += 4096) big[i] = 1;
+  free(const_cast<char*>(big));
+  out[4] = syscall(435, nullptr, 0) < 0 ? errno : 0;  // clone3: ENOSYS, glibc falls back to clone
+  int64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum)
+  for (int i = 0; i < 1000; ++i) sum += i;
+  out[5] = sum;
+}
+void omp_late(float* y, int64_t n) {  // the pool starts only on a large enough launch
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * 2.0f + 1.0f;
+}
+static void* sleeper(void* y) { sleep(5); static_cast<float*>(y)[0] = 42.0f; return nullptr; }
+void sleep_then_write(float* y) { pthread_t t; pthread_create(&t, nullptr, sleeper, y); pthread_detach(t); }
+static void* spinner(void*) { for (volatile long i = 0; i < 2000000000L; ++i) {} return nullptr; }
+void spin_after(float*) { pthread_t t; pthread_create(&t, nullptr, spinner, nullptr); pthread_detach(t); }
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static void* never(void*) { pthread_mutex_lock(&mu); for (;;) pthread_cond_wait(&cv, &mu); }
+void park_own_thread(float*) { pthread_t t; pthread_create(&t, nullptr, never, nullptr); pthread_detach(t); usleep(20000); }
 void reply_early(float* y) {  // a forged "ok" on the control socket, then the real work
   for (int fd = 3; fd < 64; ++fd) {
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) write(fd, "ok\n", 3);
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) send(fd, "ok\n", 3, 0);  // as the interpreter replies
   }
   usleep(100000);
   y[0] = 1.0f;
@@ -76,7 +129,7 @@ void reply_early(float* y) {  // a forged "ok" on the control socket, then the r
 def artifact(tmp_path_factory):
     d = tmp_path_factory.mktemp("host")
     (d / "k.cpp").write_text(SOURCE)
-    subprocess.run(["g++", "-O2", "-shared", "-fPIC", "-pthread", "-o", str(d / "k.so"),
+    subprocess.run(["g++", "-O2", "-shared", "-fPIC", "-pthread", "-fopenmp", "-o", str(d / "k.so"),
                     str(d / "k.cpp"), "-ldl"], check=True)
     return str(d / "k.so")
 
@@ -143,16 +196,81 @@ def test_reaching_the_interpreter_trips_the_python_api_guard(artifact):
     assert err.value.guard == "python-api"
 
 
-def test_the_artifacts_process_cannot_reach_past_itself(artifact):
-    rt = Runtime(artifact)
+def confined(rt):
     if rt.confinement != "seccomp":
         pytest.skip(f"no seccomp filter here: {rt.confinement}")
-    out = torch.full((8,), -1, dtype=torch.int64)
-    rt.launch([call("escapes", "out")], {"out": out})
-    eperm = 1
-    assert out.tolist() == [eperm, eperm, eperm, eperm, eperm, 0, eperm, eperm], out.tolist()
+
+
+ESCAPES = ["open for writing", "fork", "ptrace the judge", "kill the judge",
+           "rt_sigqueueinfo to the judge", "kill every process", "kill the process group",
+           "tgkill the judge", "tkill", "pidfd_open", "install a signal handler", "setsid",
+           "change the death signal", "socket", "process_vm_readv", "SIGIO owner",
+           "executable memory after the load", "interval timer"]
+
+
+@pytest.mark.parametrize("which", range(len(ESCAPES)), ids=ESCAPES)
+def test_a_call_outside_the_allowlist_kills_only_the_artifacts_process(artifact, which):
+    """Each of these kills the artifact's process (SIGSYS, the `sandbox` guard); the judge (this
+    process, the artifact's parent) lives on and the next Runtime works."""
+    rt = Runtime(artifact)
+    confined(rt)
+    with pytest.raises(SandboxViolation) as err:
+        rt.launch([call("escape", "which")], {"which": torch.tensor([which], dtype=torch.int64)})
+    assert err.value.guard == "sandbox"
     assert not os.path.exists("/tmp/regen-escape-test")
+    again = Runtime(artifact)
+    y = torch.zeros(4)
+    again.launch([call("axpy", "y", "y", ("int64", 4), ("float32", 1.0))], {"y": y})
+    again.close()
+
+
+def test_what_an_honest_kernel_needs_is_allowed(artifact):
+    """Memory, threads (OpenMP), clocks and sleeps, its own signals and affinity; files are
+    refused once the artifact is loaded (EPERM, which glibc's probes survive); clone3 answers
+    ENOSYS so glibc falls back to clone with thread flags."""
+    rt = Runtime(artifact)
+    confined(rt)
+    out = torch.full((6,), -1, dtype=torch.int64)
+    rt.launch([call("allowed", "out")], {"out": out})
+    assert out.tolist() == [errno.EPERM, 0, 0, 0, errno.ENOSYS, sum(range(1000))], out.tolist()
     rt.close()
+
+
+def watched(artifact):
+    rt = Runtime(artifact)
+    watch = LaunchWatch(Runtime, host_code=True, omp_pool=1)
+    watch.loaded(rt)
+    return rt, watch
+
+
+def test_an_openmp_pool_started_on_a_later_launch_is_honest(artifact):
+    """`omp parallel for if (n > 65536)`: small launches run serially, a larger one after them
+    starts the pool, which then idles in libgomp between calls."""
+    rt, watch = watched(artifact)
+    for n in (1000, 5000, 1 << 18, 1000, 1 << 18):
+        y = torch.ones(n)
+        rt.launch([call("omp_late", "y", ("int64", n))], {"y": y})
+        watch.after_launch()
+        assert torch.equal(y, torch.full((n,), 3.0))
+    assert len(rt.thread_ids()) > 1 or os.cpu_count() == 1  # the pool exists, and passed
+    assert watch.stray_threads() is None
+    rt.close()
+
+
+@pytest.mark.parametrize("kernel,why", [
+    ("sleep_then_write", "sleeping"),
+    ("spin_after", "of CPU after the call returned"),
+    ("park_own_thread", "not OpenMP's pool"),
+])
+def test_a_thread_that_sleeps_after_the_call_is_not_idle(artifact, kernel, why):
+    """A thread of the artifact's own after the call: sleeping, computing, or parked outside
+    OpenMP's runtime (it never joins) is refused by the threads guard, whatever the pool size."""
+    rt, watch = watched(artifact)
+    with pytest.raises(Rejected, match=why) as err:
+        rt.launch([call(kernel, "y")], {"y": torch.zeros(4)})
+        watch.after_launch()
+    assert err.value.guard == "threads"
+    rt.proc.kill()
 
 
 def test_a_forged_early_reply_is_caught(artifact):

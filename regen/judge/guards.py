@@ -48,8 +48,8 @@ GUARDS: dict[str, Guard] = {g.name: g for g in (
           "which no correct output takes there, or its fill in both runs (verification runs, "
           "checked timed iterations)",
           ("cpu/noop", "cpu/partial_write", "cpu/stale_pointer", "cpu/skip_repeat",
-           "cpu/count_calls", "cpu/predict_schedule",
-           "cpu/forge_result_at_exit", "cpu/forge_result_at_load", "cuda/noop",
+           "cpu/count_calls", "cpu/predict_schedule", "cpu/forge_result_at_exit",
+           "cpu/sandbox_process", "cpu/sandbox_signal_handler", "cuda/noop",
            "cuda/partial_write", "cuda/skip_repeat", "cuda/count_calls")),
     Guard("tolerance", "compare", (8, 10, 12),
           "an element outside atol + rtol * |ref|, or a NaN/inf where the reference has none",
@@ -68,8 +68,17 @@ GUARDS: dict[str, Guard] = {g.name: g for g in (
           (_RT_CPU + "test_a_background_write_after_the_reply_is_a_late_write",
            _JUDGE + "test_a_late_write_rejects_the_case")),
     Guard("threads", "launch", (5,),
-          "a thread of the artifact's process still running after a launch (beyond OpenMP's pool)",
-          ("cpu/raw_clone",)),
+          "a thread of the artifact's process not idle (parked on a futex with no timeout) after a "
+          "launch, or using CPU after it returned (OpenMP's idle pool is parked)",
+          ("cpu/raw_clone", "cpu/sandbox_sleeping_thread",
+           _RT_CPU + "test_a_thread_that_sleeps_after_the_call_is_not_idle")),
+    Guard("sandbox", "launch", (4, 5, 7, 9),
+          "a host artifact's process making a system call outside its seccomp allowlist (a signal "
+          "to another process, a new process, a signal handler, a file opened for writing, ...): "
+          "the kernel kills it, the judge lives on",
+          ("cpu/sandbox_signal_judge", "cpu/sandbox_signal_handler", "cpu/sandbox_process",
+           "cpu/forge_result_at_load",
+           _RT_CPU + "test_a_call_outside_the_allowlist_kills_only_the_artifacts_process")),
     Guard("native-code", "load", (5, 7, 9),
           "a host artifact importing file/process/thread/loader/Python C API symbols, with a "
           "writable+executable segment or stack, or raw system call instructions",
@@ -90,7 +99,8 @@ GUARDS: dict[str, Guard] = {g.name: g for g in (
            _RT_CPU + "test_a_forged_early_reply_is_caught")),
     Guard("crash", "result", (),
           "the child died or the device context faulted (the build goes on)",
-          ("cuda/oob_write", _RT_CPU + "test_a_crash_ends_the_process_and_is_reported")),
+          ("cuda/oob_write", "cpu/sandbox_signal_judge",
+           _RT_CPU + "test_a_crash_ends_the_process_and_is_reported")),
     Guard("timeout", "result", (),
           "the child ran past the timeout and was killed with its process group",
           ("cuda/hang", _JUDGE + "test_a_hang_is_killed_at_the_timeout")),

@@ -69,6 +69,13 @@ class PythonAPIUsed(ArtifactDied):
     guard = "python-api"
 
 
+class SandboxViolation(ArtifactDied):
+    """The artifact's process made a system call outside its allowlist (host_exec.py): the kernel
+    killed it with SIGSYS."""
+
+    guard = "sandbox"
+
+
 class ControlChannelForged(ArtifactDied):
     """The artifact wrote to its process's control channel (a forged reply)."""
 
@@ -93,11 +100,13 @@ class Runtime:
         self._size, self._map, self._bytes = 0, None, None
         self._staged: list[tuple[str, int, int]] = []  # (buffer name, offset, bytes) of the last launch
         self._after = None
+        _protect_this_process()
         ours, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(Path(__file__).with_name("host_exec.py")),
              str(theirs.fileno()), str(self._arena_fd)],
-            pass_fds=(theirs.fileno(), self._arena_fd), stdin=subprocess.DEVNULL)
+            pass_fds=(theirs.fileno(), self._arena_fd), stdin=subprocess.DEVNULL,
+            env=artifact_environment())
         self._child_fd = theirs.fileno()  # pass_fds keeps the number in the child
         theirs.close()
         self._sock, self._pending = ours, b""
@@ -122,6 +131,11 @@ class Runtime:
             if code == PYTHON_API_STATUS:
                 raise PythonAPIUsed("the host artifact reached the Python interpreter through its C "
                                     "API while it ran (an audit event fired in its process)")
+            if code == -signal.SIGSYS:
+                raise SandboxViolation(
+                    "the artifact's process was killed by its seccomp allowlist (SIGSYS): it made a "
+                    "system call a compute kernel does not need (a signal to another process, a new "
+                    "process, a signal handler, a file opened for writing, ...)")
             why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
             raise ArtifactDied(f"the artifact's process died ({why})")
         return line.decode()
@@ -247,6 +261,11 @@ class Runtime:
         return [name for name, off, n in self._staged
                 if n and not torch.equal(self._bytes[off:off + n], self._after[off:off + n])]
 
+    @property
+    def pid(self) -> int:
+        """The artifact's process (its main thread's id): judge/watch.py reads its threads."""
+        return self.proc.pid
+
     def thread_ids(self) -> set[int]:
         """The artifact process's kernel thread ids, as the kernel reports them."""
         try:
@@ -279,6 +298,28 @@ class Runtime:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+def artifact_environment() -> dict:
+    """The artifact's process's environment: OpenMP's idle threads sleep at once (passive wait
+    policy) instead of spinning for milliseconds after each region, so a thread still using the
+    CPU after a call returned is work, not a pool that spins (judge/watch.py). The wait policy
+    changes how long a region takes to wake its team, never what the kernel computes."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_WAIT_POLICY")}
+    env["OMP_WAIT_POLICY"] = "passive"
+    return env
+
+
+def _protect_this_process() -> None:
+    """The judge's process is not dumpable: another process of the same user cannot read its
+    memory (the reference outputs) or environment through /proc (the artifact's process has also
+    dropped its capabilities, host_exec.py)."""
+    if sys.platform == "linux":
+        try:
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        except (AttributeError, OSError):
+            pass
 
 
 def _check_disjoint(placed: dict) -> None:
