@@ -47,7 +47,7 @@ GUARDS: dict[str, Guard] = {g.name: g for g in (
           "an output element the candidate did not write (NaN run, sentinel run, after the timed "
           "loop)",
           ("cpu/noop", "cpu/partial_write", "cpu/stale_pointer", "cpu/skip_repeat",
-           "cpu/forge_result_at_exit", "cpu/forge_result_at_load", "cpu/sandbox_process",
+           "cpu/forge_result_at_exit", "cpu/sandbox_process",
            "cpu/sandbox_signal_handler", "cuda/noop",
            "cuda/partial_write", "cuda/skip_repeat")),
     Guard("tolerance", "compare", (8, 10, 12),
@@ -74,6 +74,7 @@ GUARDS: dict[str, Guard] = {g.name: g for g in (
           "to another process, a new process, a signal handler, a file opened for writing, ...): "
           "the kernel kills it, the judge lives on",
           ("cpu/sandbox_signal_judge", "cpu/sandbox_signal_handler", "cpu/sandbox_process",
+           "cpu/forge_result_at_load",
            _RT_CPU + "test_a_call_outside_the_allowlist_kills_only_the_artifacts_process")),
     Guard("native-code", "load", (5, 7, 9),
           "a host artifact importing file/process/thread/loader/Python C API symbols, with a "
