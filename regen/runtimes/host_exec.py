@@ -18,14 +18,17 @@ The process dies with its parent (PR_SET_PDEATHSIG: no destructor of the artifac
 judge has finished) and on end of input. While the artifact's code runs (load and calls), any
 Python audit event (an artifact reaching this interpreter through the C API: compile, exec,
 import, ...) ends the process at once with status PYTHON_API_STATUS; the judge reports it as the
-`python-api` guard. A tripwire, not a wall: the wall is the process boundary, and on x86-64 Linux a
-seccomp filter (installed before the artifact loads, kept by every thread it starts) that refuses
-what could reach past it: other processes' memory (ptrace, process_vm_*, pidfd_getfd), new
-processes (fork, vfork, clone without CLONE_THREAD, clone3, exec), leaving the judge's process
-group or the death signal it dies by (setsid, setpgid, PR_SET_PDEATHSIG), signals to anyone else, files
-opened for writing and changes to the file system, sockets, io_uring, namespaces and mounts. The
-artifact keeps what a kernel needs: memory, threads, reading files, its own signals. CONFINEMENT is
-"seccomp" or "unconfined: WHY".
+`python-api` guard. A tripwire, not a wall: the wall is the process boundary, and on x86-64 Linux
+a seccomp allowlist (ALLOWLIST below; installed before the artifact loads, kept by every thread it
+starts) of what a compute kernel, glibc, libgomp and this interpreter need: memory, threads (clone
+with CLONE_THREAD only), futex, clocks and sleeps, its own signals, reading open descriptors and
+read-only opens, the control socket. Any other call, or a listed one with other arguments (a signal
+to another process, a handler installed, a new process, a file opened for writing), kills the
+process with SIGSYS, which the judge reports as the `sandbox` guard. Once the artifact is loaded
+a second filter refuses opening files and kills on executable memory. Before the first one the
+process starts one thread (so glibc's own signal handlers exist), drops its capabilities, its core
+limit and raises its OOM score. CONFINEMENT is "seccomp" or "unconfined: WHY" (other
+architectures: no filter; the threads guard and the process boundary still hold).
 """
 
 import ctypes
