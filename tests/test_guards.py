@@ -16,7 +16,7 @@ from regen.judge.guards import STAGES
 ROOT = Path(__file__).resolve().parent.parent
 REDTEAM = ROOT / "tests" / "redteam"
 ORACLE_MD = ROOT / "docs" / "oracle.md"
-GUARD_KEYS = ("guard", "also_guard", "unconfined_guard")
+GUARD_KEYS = ("guard", "also_guard", "unconfined_guard", "or_guard")
 
 
 def redteam_cases() -> dict[str, dict]:
