@@ -4,6 +4,8 @@ import math
 
 import torch
 
+DISTRIBUTIONS = ("normal", "large", "constant", "neg_inf_mask", "ignore")
+
 IGNORE_INDEX = -100
 
 

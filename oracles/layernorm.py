@@ -3,6 +3,8 @@
 
 import torch
 
+DISTRIBUTIONS = ("normal", "large", "offset", "constant")
+
 RTOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 

@@ -3,6 +3,8 @@
 import torch
 import torch.nn.functional as F
 
+DISTRIBUTIONS = ("normal", "negative", "ties")
+
 
 def make_inputs(case, seed):
     g = torch.Generator(device="cpu").manual_seed(seed)

@@ -2,6 +2,8 @@
 
 import torch
 
+DISTRIBUTIONS = ("normal", "large", "small", "zero_rows")
+
 # relative tolerance of the invariant checks, per dtype (kept in step with the spec's tolerances)
 RTOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 

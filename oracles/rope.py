@@ -1,8 +1,12 @@
-"""Oracle for specs/rope.yaml: rotate-half rotary embedding in float64, Llama-style tables."""
+"""Oracle for specs/rope.yaml: rotate-half rotary embedding in float64. The tables are drawn from
+the seed like every input (a base between 10^2.5 and 10^6.5, covering Llama's 10^4 and 5*10^5), so
+a kernel that recomputes cos/sin from a fixed base instead of reading them fails."""
 
 import torch
 
-ROPE_BASE = 10000.0
+DISTRIBUTIONS = ("normal",)
+
+LOG10_BASE = (2.5, 6.5)
 # relative slack on a pair's squared length: each output's rounding (half an ulp, 2^-8 for
 # bfloat16, 2^-11 for float16) can grow its square by twice that; allow twice the sum
 PAIR_NORM_TOL = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -13,7 +17,9 @@ def make_inputs(case, seed):
     b, s, h, d = (case.sizes[k] for k in ("B", "S", "H", "D"))
     half = d // 2
     x = torch.randn(b, s, h, d, generator=g)
-    theta = ROPE_BASE ** (-torch.arange(half, dtype=torch.float64) * 2.0 / d)
+    lo, hi = LOG10_BASE
+    base = 10.0 ** (lo + (hi - lo) * torch.rand((), generator=g, dtype=torch.float64).item())
+    theta = base ** (-torch.arange(half, dtype=torch.float64) * 2.0 / d)
     angle = torch.arange(s, dtype=torch.float64).unsqueeze(1) * theta.unsqueeze(0)
     return {"x": x.to(case.dtype).to(case.device),
             "cos": torch.cos(angle).to(case.dtype).to(case.device),

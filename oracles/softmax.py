@@ -2,6 +2,8 @@
 
 import torch
 
+DISTRIBUTIONS = ("normal", "large", "constant", "neg_inf_mask")
+
 
 def make_inputs(case, seed):
     g = torch.Generator(device="cpu").manual_seed(seed)

@@ -69,7 +69,10 @@ JUDGE_VERSION = 3
 #   4: judge 3's production-like checks (hidden variants, bench cases, random fills and offsets,
 #      checked timed iterations) and a seccomp allowlist around the artifact's process, with
 #      thread accounting that knows OpenMP's pool and no floor guard on the host.
-HOST_JUDGE_VERSION = 4
+#   5: a call whose process replied, then blocked somewhere other than its control socket, is
+#      refused (it was ended after 0.5 s: an early reply and a sleep let work finish untimed);
+#      an oracle whose normal-distribution input does not vary with the seed is refused.
+HOST_JUDGE_VERSION = 5
 
 
 def judge_version(target: Target) -> int:
@@ -132,7 +135,7 @@ def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_dig
                       recipe_digest: str) -> dict:
     """The portable part; add_machine() adds what only the verifying machine knows."""
     checked = {"tolerance": {k: v.model_dump() for k, v in sorted(spec.tolerance.items())},
-               "cases": [c.model_dump(mode="json") for c in spec.cases],
+               "cases": [_case_dump(c) for c in spec.cases],
                "profile": profile_for(spec, target)}
     return {
         "binary": binary_digest,
@@ -142,6 +145,15 @@ def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_dig
         "peaks": {k: v.model_dump() for k, v in sorted(target.peaks.items())},
         "judge": judge_version(target),
     }
+
+
+def _case_dump(case) -> dict:
+    """A case as its key sees it; a case without its own tolerance dumps as it did before
+    per-case tolerances existed (no key changes for specs that do not use them)."""
+    out = case.model_dump(mode="json")
+    if out.get("tolerance") is None:
+        out.pop("tolerance", None)
+    return out
 
 
 def add_machine(components: dict, fingerprint: dict) -> dict:

@@ -12,6 +12,14 @@ Contract (nothing from regen is imported by an oracle):
     def check(inputs, outputs, case) -> list[str]            (optional)
         Invariant checks on the candidate's outputs: one message per violated invariant,
         starting with the invariant's name.
+    def baseline(inputs, case) -> dict[str, torch.Tensor]    (optional)
+        What a user would run without regen (timed beside the kernel).
+    DISTRIBUTIONS = ("normal", "large", ...)                   (optional; default ("normal",))
+        The input distributions make_inputs knows: a case's `dist` must be one of them. A
+        declaration read statically; it is not part of the oracle's digest.
+
+Every input make_inputs returns must be drawn from the seed (the judge fails an oracle whose
+normal-distribution input is the same bits for two seeds: a kernel could recompute it).
 
 Planning never imports an oracle: the static check below reads its AST, and its key is a digest of
 the AST (comments and formatting do not count).
@@ -58,6 +66,38 @@ def check_oracle(path: Path) -> None:
                                  file=str(path), field=name, line=fn.lineno)
 
 
+DECLARATIONS = ("DISTRIBUTIONS",)
+
+
+def distributions(path: Path) -> tuple[str, ...]:
+    """The oracle's DISTRIBUTIONS (a tuple or list of string literals), read without importing."""
+    for node in _tree(path).body:
+        if _declares(node, "DISTRIBUTIONS"):
+            value = node.value
+            ok = isinstance(value, (ast.Tuple, ast.List)) and value.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)
+            if not ok:
+                raise InputError("expected a tuple of distribution names (string literals), e.g. "
+                                 "DISTRIBUTIONS = (\"normal\", \"large\")", file=str(path),
+                                 field="DISTRIBUTIONS", line=node.lineno)
+            return tuple(e.value for e in value.elts)
+    return ("normal",)
+
+
+def _declares(node, name: str) -> bool:
+    return (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name)
+
+
+def _strip_declarations(tree: ast.Module) -> ast.Module:
+    """Declarations the loader reads (DISTRIBUTIONS) do not change what the oracle computes,
+    unless its code also uses them."""
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    tree.body = [n for n in tree.body
+                 if not any(_declares(n, d) and d not in used for d in DECLARATIONS)]
+    return tree
+
+
 def _strip_docstrings(tree: ast.Module) -> ast.Module:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -86,7 +126,7 @@ def _stable_dump(node) -> str:
 def oracle_digest(path: Path) -> str:
     """Digest of the oracle's code, insensitive to comments, docstrings, formatting and the
     Python version reading it."""
-    dumped = _stable_dump(_strip_docstrings(_tree(path)))
+    dumped = _stable_dump(_strip_declarations(_strip_docstrings(_tree(path))))
     return hashlib.sha256(("oracle-ast-2\n" + dumped).encode()).hexdigest()
 
 
@@ -95,7 +135,7 @@ def legacy_digests(path: Path) -> dict[str, str]:
     versions; lets records made by them be recognised (and re-keyed) rather than thrown away."""
     out = {}
     for version, extra in (("3.11", ()), ("3.12", ("type_params",))):
-        tree = _strip_docstrings(_tree(path))
+        tree = _strip_declarations(_strip_docstrings(_tree(path)))
         classes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         saved = {cls: cls._fields for cls in classes}
         try:

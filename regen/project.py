@@ -98,7 +98,7 @@ class Project:
     def oracle_digest(self, name: str) -> str:
         if name not in self._oracle_digests:
             from .localcache import memo
-            from .oracle import check_oracle, oracle_digest
+            from .oracle import check_oracle, distributions, oracle_digest
 
             path = self.oracle_path(name)
             try:
@@ -106,9 +106,21 @@ class Project:
             except FileNotFoundError:
                 check_oracle(path)  # raises the clear error
                 raise
-            self._oracle_digests[name] = memo(
-                "oracle", content, lambda: (check_oracle(path), oracle_digest(path))[1])
+            digest, known = memo("oracle-2", content, lambda: (
+                check_oracle(path), oracle_digest(path), distributions(path))[1:])
+            self._check_distributions(name, tuple(known))
+            self._oracle_digests[name] = digest
         return self._oracle_digests[name]
+
+    def _check_distributions(self, name: str, known: tuple[str, ...]) -> None:
+        """A case's `dist` names a distribution the oracle draws; a misspelt one would silently
+        test the default."""
+        for i, case in enumerate(self.spec(name).cases):
+            if case.dist not in known:
+                raise InputError(f"unknown input distribution {case.dist!r}; "
+                                 f"{self.oracle_path(name).name} knows {', '.join(known)} "
+                                 "(its DISTRIBUTIONS)", file=str(self.spec_dir / f"{name}.yaml"),
+                                 field=f"cases[{i}].dist")
 
     # -- cross-checks ------------------------------------------------------------------
     def component_order(self, names: list[str] | None = None) -> list[str]:

@@ -124,6 +124,9 @@ def _cases(spec) -> list[str]:
         parts += [f"{k}={_num(v)}" for k, v in sorted(case.params.items())]
         if case.dist != "normal":
             parts.append(f"inputs {case.dist}")
+        if case.tolerance is not None:
+            parts += [f"{f} {_num(getattr(case.tolerance, f))}" for f in ("atol", "rtol")
+                      if getattr(case.tolerance, f) is not None]
         name = f"{case.name}: " if case.name else ""
         return f"- {name}{', '.join(parts)}"
 

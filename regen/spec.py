@@ -5,9 +5,10 @@ specs/<kernel>.yaml is the source of truth people review. Validation errors name
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -122,6 +123,55 @@ class Invariant(Strict):
     description: str
 
 
+def _bound_value(v, field: str):
+    """A tolerance bound: a non-negative number, or an expression over the case's symbols and
+    parameters (error that grows with a reduction length: "2e-7 * sqrt(N)")."""
+    if isinstance(v, bool):
+        raise ValueError(f"{field}: expected a number or an expression, got {v!r}")
+    if isinstance(v, (int, float)):
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"{field}: expected a finite number >= 0, got {v!r}")
+        return float(v)
+    expr.parse(v)
+    return v
+
+
+class Tolerance(Strict):
+    """allclose per element: |got - want| <= atol + rtol * |want|, in float64."""
+
+    atol: float | str
+    rtol: float | str
+
+    @field_validator("atol", "rtol", mode="before")
+    @classmethod
+    def _bound(cls, v, info):
+        return _bound_value(v, info.field_name)
+
+
+class ToleranceOverride(Strict):
+    """A case's own tolerance: the fields it gives replace the dtype's."""
+
+    atol: float | str | None = None
+    rtol: float | str | None = None
+
+    @field_validator("atol", "rtol", mode="before")
+    @classmethod
+    def _bound(cls, v, info):
+        return None if v is None else _bound_value(v, info.field_name)
+
+
+class Bound(NamedTuple):
+    """A tolerance resolved for one case; `source` says where each number came from."""
+
+    atol: float
+    rtol: float
+    source: str
+
+    def describe(self) -> str:
+        return f"atol={self.atol:.3g} rtol={self.rtol:.3g}" + (
+            f" ({self.source})" if self.source else "")
+
+
 class Case(Strict):
     """One input configuration. Shape symbols are given as extra keys (M: 4096)."""
 
@@ -131,6 +181,7 @@ class Case(Strict):
     params: dict[str, float | int | bool] = Field(default_factory=dict)
     dist: str = "normal"
     bench: bool = False  # a benchmark case: timed by `regen bench`, checked there once
+    tolerance: ToleranceOverride | None = None  # this case's own atol/rtol (numbers or formulas)
 
     @field_validator("dtype")
     @classmethod
@@ -148,11 +199,6 @@ class Case(Strict):
         extra = "".join(f",{k}={v}" for k, v in sorted(self.params.items()))
         dist = "" if self.dist == "normal" else f",{self.dist}"
         return f"{dims}:{self.dtype or default_dtype}{extra}{dist}"
-
-
-class Tolerance(Strict):
-    atol: float = Field(ge=0)
-    rtol: float = Field(ge=0)
 
 
 class Profile(Strict):
@@ -223,6 +269,28 @@ class Spec(Strict):
         for d in self.signature.dtypes:
             if d in FLOAT_DTYPES and d not in self.tolerance:
                 raise ValueError(f"tolerance: no entry for dtype {d!r} (signature.dtypes lists it)")
+        known = syms | params | {"T"}
+        for d, tol in self.tolerance.items():
+            for field in ("atol", "rtol"):
+                unknown = expr.names(getattr(tol, field)) - known
+                if unknown:
+                    raise ValueError(f"tolerance.{d}.{field}: unknown names {sorted(unknown)} "
+                                     f"(expected shape symbols or parameters: {sorted(known)})")
+        for i, case in enumerate(self.cases):
+            if case.tolerance is not None:
+                if self.case_env(case)["T"] not in FLOAT_DTYPES:
+                    raise ValueError(f"cases[{i}].tolerance: the case's dtype is exact "
+                                     "(compared bit for bit); a tolerance does not apply")
+                for field in ("atol", "rtol"):
+                    unknown = expr.names(getattr(case.tolerance, field) or 0) - known
+                    if unknown:
+                        raise ValueError(f"cases[{i}].tolerance.{field}: unknown names "
+                                         f"{sorted(unknown)} (expected shape symbols or "
+                                         f"parameters: {sorted(known)})")
+            try:
+                self.case_tolerance(case)
+            except ValueError as exc:
+                raise ValueError(f"cases[{i}]: {exc}") from None
         if not any(not c.bench for c in self.cases):
             raise ValueError("cases: at least one correctness case (bench: false) is required")
         return self
@@ -241,6 +309,31 @@ class Spec(Strict):
         env.update(case.sizes)
         env["T"] = case.dtype or self.signature.dtypes[0]
         return env
+
+    def case_tolerance(self, case: Case) -> Bound | None:
+        """The allclose bound of one case: the case's own fields over its dtype's, formulas
+        evaluated over the case's symbols and parameters. None: an exact dtype (bit for bit)."""
+        env = self.case_env(case)
+        base = self.tolerance.get(env["T"])
+        if base is None:
+            return None
+        values, source = {}, []
+        for field in ("atol", "rtol"):
+            text = getattr(case.tolerance, field, None) if case.tolerance else None
+            where = "case"
+            if text is None:
+                text, where = getattr(base, field), env["T"]
+            try:
+                value = float(expr.evaluate(text, env))
+            except expr.ExprError as exc:
+                raise ValueError(f"tolerance {field} ({where}): {exc}") from None
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"tolerance {field} ({where}): {text!r} gives {value!r} for "
+                                 f"this case; expected a finite number >= 0")
+            values[field] = value
+            if isinstance(text, str) or where == "case":
+                source.append(f"{field} {text}" + (" from the case" if where == "case" else ""))
+        return Bound(values["atol"], values["rtol"], ", ".join(source))
 
     def tensor_dtype(self, tensor: TensorSpec, case: Case) -> str:
         return (case.dtype or self.signature.dtypes[0]) if tensor.dtype == "T" else tensor.dtype

@@ -57,7 +57,7 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
     outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs)
     assert not changed, f"inputs modified: {changed}"
     ref = o.reference(pristine, view)
-    assert_matches(outputs, ref, s.tolerance[s.case_env(case)["T"]], f"{ran}: ")
+    assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
     assert o.check(pristine, outputs, view) == []
 
 

@@ -210,7 +210,7 @@ def test_tolerances_admit_float32_math_and_reject_precision_loss(kernel):
         if not _small(kernel, case):
             continue
         view = oracle_case(s, case)
-        tol = s.tolerance[s.case_env(case)["T"]]
+        tol = s.case_tolerance(case)
         inputs = o.make_inputs(view, 0)
         ref = o.reference(inputs, view)["y"]
         honest = torch_reference(kernel, inputs, view, torch.float32)["y"].to(view.dtype)

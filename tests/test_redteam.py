@@ -100,7 +100,7 @@ def project_for(d: Path, m: dict, tmp_path: Path) -> tuple[Project, str]:
     """The project a red-team artifact is verified in: the repository's, or for a red-team spec
     and oracle of its own, a temporary project holding them (targets copied from the repo)."""
     if "spec" not in m:
-        return Project(ROOT), "softmax"
+        return Project(ROOT), m.get("kernel", "softmax")
     proj = tmp_path / "proj"
     (proj / "specs").mkdir(parents=True)
     (proj / "oracles").mkdir()

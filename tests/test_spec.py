@@ -157,7 +157,7 @@ INVALID = [
     ("no tolerance for a dtype", _edit("float32: {atol: 1.0e-6", "float16: {atol: 1.0e-6"), "tolerance",
      "no entry for dtype 'float32'"),
     ("negative tolerance", _edit("atol: 1.0e-6", "atol: -1.0"), "tolerance.float32.atol",
-     "greater than or equal"),
+     "expected a finite number >= 0"),
     ("unknown baseline", SCALE_SPEC + "profile:\n  speedup: {numpy: 1.0}\n", "profile.speedup",
      "unknown baseline 'numpy'"),
     ("unsafe bytes formula", SCALE_SPEC + 'profile:\n  bytes: "__import__(\'os\')"\n', "profile.bytes",

@@ -26,6 +26,7 @@ COMMANDS = {
     "gc": "gc",
     "diff": "diff",
     "check": "check",
+    "tolerance": "tolerance",
 }
 
 

@@ -58,7 +58,7 @@ def compare(spec, case, got: dict, want: dict, fills: dict | None = None,
     """Every output, element by element: fills left, NaN/inf mismatches, then the tolerance.
     `fills`: what each output held before the run (None: not kept); `earlier`: (outputs, fills)
     of the case's other run, for elements that kept their fill in both."""
-    tol = spec.tolerance.get(spec.case_env(case)["T"])
+    tol = spec.case_tolerance(case)
     worst = CaseResult.passed()
     for t in spec.signature.outputs:
         g, w = got[t.name], want.get(t.name)
@@ -131,10 +131,12 @@ def _compare_output(name, g, w, tol, worst: CaseResult, fill=None, other=None) -
     bad = diff > allowed
     if bad.any():
         idx = _index((diff - allowed).argmax(), shape=gd.shape)
+        rule = tol.describe() if tol else "exact dtype: bit for bit"
         return CaseResult.failed(
-            "tolerance", f"{name}: {int(bad.sum())} of {g.numel()} elements outside "
-            f"atol={tol.atol if tol else 0} rtol={tol.rtol if tol else 0}; worst at {idx}: got "
-            f"{gd[idx].item():.6g}, expected {wd[idx].item():.6g}", worst.max_abs, worst.max_rel)
+            "tolerance", f"{name}: {int(bad.sum())} of {g.numel()} elements outside the bound "
+            f"({rule}); worst at {idx}: got {gd[idx].item():.9g}, expected "
+            f"{wd[idx].item():.9g}, error {diff[idx].item():.3g} > allowed "
+            f"{allowed[idx].item():.3g}", worst.max_abs, worst.max_rel)
     return worst
 
 

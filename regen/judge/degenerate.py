@@ -1,7 +1,9 @@
 """The `degenerate-oracle` guard, both halves. The child notes, per case, whether the reference
-output is constant (within tolerance) and whether it changes with the seed; the parent fails a run
-whose every case is one or the other: such an oracle verifies nothing, since a kernel could pass it
-without reading its inputs."""
+output is constant (within tolerance) and whether it changes with the seed, and which inputs are the
+same bits for every seed; the parent fails a run whose every case is constant or seed-independent
+(such an oracle verifies nothing, since a kernel could pass it without reading its inputs), or
+where a normal-distribution case has an input the seed does not change (a kernel could recompute
+that input, e.g. a rotary table from a fixed base, instead of reading it)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,17 @@ def degenerate_oracle(results: list[dict]) -> str | None:
         return None
     if all(r["ref_constant"] or r.get("seed_dependent") is False for r in considered):
         return DEGENERATE
+    return fixed_inputs(results)
+
+
+def fixed_inputs(results: list[dict]) -> str | None:
+    """The first normal-distribution case with an input identical across its seeds."""
+    for r in results:
+        if r.get("dist", "normal") == "normal" and r.get("fixed_inputs"):
+            names = ", ".join(r["fixed_inputs"])
+            return (f"the oracle is degenerate: make_inputs returns the same {names} for every "
+                    f"seed (case {r['case']}); every input must be drawn from the seed, or a "
+                    "kernel can recompute it instead of reading it")
     return None
 
 
@@ -37,7 +50,7 @@ class ReferenceNotes:
     def note(self, case, want: dict) -> None:
         torch = self.torch
         label = case.label(self.spec.signature.dtypes[0])
-        tol = self.spec.tolerance.get(self.spec.case_env(case)["T"])
+        tol = self.spec.case_tolerance(case)
         atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
         note = self.notes.setdefault(label, {"dist": case.dist, "constant": True,
                                              "seed_dependent": None, "first": None})
@@ -53,6 +66,35 @@ class ReferenceNotes:
             return
         differs = any(self._differs(w, note["first"][k], small, atol, rtol) for k, w in kept.items())
         note["seed_dependent"] = bool(note["seed_dependent"]) or differs
+
+    def note_inputs(self, case, inputs: dict) -> None:
+        """Remember each input's bits (a digest) to learn which inputs the seed never changes.
+        Inputs under 8 elements are left out: a small discrete draw may repeat honestly."""
+        label = case.label(self.spec.signature.dtypes[0])
+        note = self.notes.setdefault(label, {"dist": case.dist, "constant": True,
+                                             "seed_dependent": None, "first": None})
+        seen = note.setdefault("inputs", {})
+        for name, x in inputs.items():
+            if x.numel() >= 8:
+                seen.setdefault(name, set()).add(self._digest(x))
+        note["input_sets"] = note.get("input_sets", 0) + 1
+
+    def _digest(self, x) -> str:
+        import hashlib
+
+        from .compare import bits_of
+
+        ints = bits_of(x.detach().contiguous())
+        if ints.numel() <= 1 << 22:
+            return hashlib.blake2b(ints.cpu().numpy().tobytes(), digest_size=16).hexdigest()
+        wide = ints.to(self.torch.int64)  # benchmark-sized: sums of the bits, on the device
+        weights = self.torch.arange(wide.numel(), device=wide.device, dtype=self.torch.int64) % 65521
+        return f"{int(wide.sum())}:{int((wide * weights).sum())}"
+
+    def _fixed(self, note: dict) -> list[str]:
+        if note.get("input_sets", 0) < 2:
+            return []
+        return sorted(n for n, digests in note.get("inputs", {}).items() if len(digests) == 1)
 
     def _constant(self, w, atol: float, rtol: float) -> bool:
         torch = self.torch
@@ -75,8 +117,11 @@ class ReferenceNotes:
         note = self.notes.get(label)
         if note is None:
             return None
-        return {"ref_constant": note["constant"], "seed_dependent": note["seed_dependent"]}
+        out = {"ref_constant": note["constant"], "seed_dependent": note["seed_dependent"]}
+        fixed = self._fixed(note)
+        if fixed:
+            out["fixed_inputs"] = fixed
+        return out
 
     def lint_report(self) -> list[dict]:
-        return [{"case": k, "dist": n["dist"], "ref_constant": n["constant"],
-                 "seed_dependent": n["seed_dependent"]} for k, n in self.notes.items()]
+        return [{"case": k, "dist": n["dist"], **self.of(k)} for k, n in self.notes.items()]

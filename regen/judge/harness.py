@@ -104,6 +104,7 @@ class Harness:
     def _verify_case(self, case, seed: int) -> CaseResult:
         view = self.buffers.case_view(case)
         pristine = self.buffers.make_inputs(case, view, seed)
+        self.notes.note_inputs(case, pristine)
         pristine = {k: v.clone() for k, v in pristine.items()}
         # 1. candidate first: no reference output exists anywhere to be reused
         first = self._candidate_run(case, pristine)
@@ -167,5 +168,6 @@ class Harness:
             view = self.buffers.case_view(case)
             for s in seeds:
                 inputs = self.buffers.make_inputs(case, view, s)
+                self.notes.note_inputs(case, inputs)
                 self.notes.note(case, self.oracle.reference(inputs, view))
         return self.notes.lint_report()

@@ -131,7 +131,7 @@ def same_regime(spec, recipe_text: str | None, case: Case, budget: int, salt: st
     """A benchmark case, or where its buffers exceed `budget` bytes a variant in the same regime:
     its outermost sizes (those of the largest tensor, outermost first) made smaller, each to a
     random multiple of its alignment class (min(v & -v, 64), so evenness and vector alignment are
-    kept), every other size kept, and the recipe's `when` branches selecting the same launches.
+    kept; a size that is itself a power of two up to 64 is halved), every other size kept, and the recipe's `when` branches selecting the same launches.
     The case itself where no such variant fits."""
     from ..recipe import parse_recipe
 
@@ -146,7 +146,9 @@ def same_regime(spec, recipe_text: str | None, case: Case, budget: int, salt: st
     for k in order:
         v = sizes[k]
         step = min(v & -v, 64) if v > 0 else 0
-        if step == 0 or v <= step:
+        if step and v <= step:  # a power of two up to 64 (a batch of 16): halve it, kept even
+            step = v // 2 if v % 2 == 0 else 0
+        if step == 0:
             continue
         probe = Case.model_validate({**base, **sizes, k: step})
         per_step = tensor_bytes(spec, probe)

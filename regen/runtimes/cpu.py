@@ -89,6 +89,8 @@ class Runtime:
     judge copies every tensor argument in, after it copies them back and keeps a snapshot, so a
     write that lands after the reply (background work) shows as a difference (late_writes())."""
 
+    REPLY_TO_IDLE_S = 2.0  # after a reply, the longest the main thread may block elsewhere
+
     device = "cpu"
     in_process = False
 
@@ -169,7 +171,12 @@ class Runtime:
     def _wait_idle(self) -> None:
         """Until the process's main thread is blocked reading the control socket (Linux
         /proc/PID/syscall: its system call's first argument is that descriptor). Where the file
-        cannot be read (no ptrace access), the reply alone ends the call."""
+        cannot be read (no ptrace access), the reply alone ends the call.
+
+        The interpreter goes back to its socket microseconds after it replies. A main thread that
+        instead stays blocked in another call (a sleep, a wait on a thread of its own) after the
+        reply is an artifact that replied before its work was done: it is not waited out (that
+        would let the work finish outside the timed call), it is refused."""
         want = hex(self._child_fd)
         blocked_since, blocked_in = None, None
         while True:
@@ -182,12 +189,13 @@ class Runtime:
                 return
             if self.proc.poll() is not None:
                 return  # gone: the next request reports how
-            # blocked elsewhere (not computing) for half a second: an interpreter that waits on its
-            # socket some other way; stop rather than hang the judge
             now = time.perf_counter()
             if fields and fields[0] != "running" and fields == blocked_in:
-                if now - blocked_since > 0.5:
-                    return
+                if now - blocked_since > self.REPLY_TO_IDLE_S:
+                    raise ControlChannelForged(
+                        "the artifact's process replied, then stayed blocked in system call "
+                        f"{fields[0]} for {self.REPLY_TO_IDLE_S:g} s instead of waiting for the "
+                        "next request: a reply sent before the work was done (forged completion)")
             else:
                 blocked_since, blocked_in = now, fields
             time.sleep(20e-6)  # yield the core: on a small machine the process needs it to get there

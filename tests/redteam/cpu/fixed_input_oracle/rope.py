@@ -1,0 +1,67 @@
+"""Red team: rope's oracle as it was, with cos/sin tables from a fixed base (10000) whatever the
+seed: an input a kernel can recompute instead of reading."""
+
+import torch
+
+ROPE_BASE = 10000.0
+# relative slack on a pair's squared length: each output's rounding (half an ulp, 2^-8 for
+# bfloat16, 2^-11 for float16) can grow its square by twice that; allow twice the sum
+PAIR_NORM_TOL = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def make_inputs(case, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    b, s, h, d = (case.sizes[k] for k in ("B", "S", "H", "D"))
+    half = d // 2
+    x = torch.randn(b, s, h, d, generator=g)
+    theta = ROPE_BASE ** (-torch.arange(half, dtype=torch.float64) * 2.0 / d)
+    angle = torch.arange(s, dtype=torch.float64).unsqueeze(1) * theta.unsqueeze(0)
+    return {"x": x.to(case.dtype).to(case.device),
+            "cos": torch.cos(angle).to(case.dtype).to(case.device),
+            "sin": torch.sin(angle).to(case.dtype).to(case.device)}
+
+
+def _halves(t):
+    half = t.shape[-1] // 2
+    return t[..., :half], t[..., half:]
+
+
+def reference(inputs, case):
+    x = inputs["x"].to(torch.float64)
+    cos = inputs["cos"].to(torch.float64)[None, :, None, :]
+    sin = inputs["sin"].to(torch.float64)[None, :, None, :]
+    x1, x2 = _halves(x)
+    return {"y": torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)}
+
+
+def check(inputs, outputs, case):
+    problems = []
+    x = inputs["x"].to(torch.float64)
+    y = outputs["y"].to(torch.float64)
+    if y.numel() == 0:
+        return problems
+    cos = inputs["cos"].to(torch.float64)[None, :, None, :]
+    sin = inputs["sin"].to(torch.float64)[None, :, None, :]
+    x1, x2 = _halves(x)
+    y1, y2 = _halves(y)
+    want = (x1 * x1 + x2 * x2) * (cos * cos + sin * sin)
+    got = y1 * y1 + y2 * y2
+    tol = PAIR_NORM_TOL.get(case.dtype, 1e-6)
+    excess = ((got - want).abs() - tol * want - tol * 1e-6).max().item()
+    if not excess <= 0:  # also catches NaN
+        worst = ((got - want).abs() / want.clamp(min=1e-30)).max().item()
+        problems.append(f"preserves_pair_norm: a pair's squared length is off by {worst:.3g} "
+                        f"(relative; allowed {tol:.3g})")
+    at_zero = y[:, 0] != x[:, 0]
+    if at_zero.any():
+        problems.append(f"identity_at_position_zero: {int(at_zero.sum())} elements at position 0 "
+                        f"differ from x")
+    return problems
+
+
+def baseline(inputs, case):
+    """What a user runs without regen: the rotate-half formulation in the storage dtype."""
+    x = inputs["x"]
+    cos, sin = inputs["cos"][None, :, None, :], inputs["sin"][None, :, None, :]
+    x1, x2 = x.chunk(2, dim=-1)
+    return {"y": torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)}
