@@ -190,22 +190,33 @@ def reference(inputs, case):
 """
 
 
+RAISING_ORACLE = BROKEN_ORACLE.replace(
+    'return {"y": torch.softmax', 'assert inputs["x"].shape[1] == 8, "only N=8"\n    return {"y": torch.softmax')
+UNIMPORTABLE_ORACLE = "import torch\nraise RuntimeError('no such table')\n" + BROKEN_ORACLE
+
+
 @needs_gxx
-def test_an_oracle_that_breaks_its_contract_is_blamed(tmp_path):
-    """A reference of the wrong shape fails the run as the oracle's fault, not the kernel's."""
+@pytest.mark.parametrize("oracle, says", [
+    (BROKEN_ORACLE, "oracle error"),
+    (RAISING_ORACLE, "reference() raised AssertionError: only N=8"),
+    (UNIMPORTABLE_ORACLE, "could not be imported: RuntimeError: no such table"),
+], ids=["wrong-shape", "raises-in-reference", "raises-on-import"])
+def test_an_oracle_that_breaks_its_contract_is_blamed(tmp_path, oracle, says):
+    """A reference of the wrong shape, or an oracle that raises, fails the run as the oracle's
+    fault (`[guard: oracle]`), never as the kernel's crash."""
     proj = tmp_path / "proj"
     (proj / "specs").mkdir(parents=True)
     (proj / "oracles").mkdir()
     shutil.copytree(ROOT / "targets", proj / "targets")
     shutil.copy(ROOT / "specs" / "softmax.yaml", proj / "specs" / "softmax.yaml")
-    (proj / "oracles" / "softmax.py").write_text(BROKEN_ORACLE)
+    (proj / "oracles" / "softmax.py").write_text(oracle)
     project, entry = Project(proj), honest_softmax()
     ev = evaluate(
         Context(project=project, store=None), project.spec("softmax"), project.target("cpu"),
         entry.source(), entry.recipe(), verify_here=True, settings=Settings(seeds=1),
         cases=[Case.model_validate({"M": 3, "N": 7, "dtype": "float32"})])
-    assert not ev.ok and "oracle error" in ev.feedback and "[guard: oracle]" in ev.feedback, \
-        ev.feedback
+    assert not ev.ok and says in ev.feedback and "[guard: oracle]" in ev.feedback, ev.feedback
+    assert "[guard: crash]" not in ev.feedback
 
 
 # -- the harness, without an artifact (lint mode) ----------------------------------------------------------

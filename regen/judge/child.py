@@ -35,6 +35,9 @@ def run(job: dict) -> dict:
         harness = Harness(job)
     except Rejected as r:
         return {"cases": [], "fingerprint": None, "rejected": r.rejection.to_json()}
+    except OracleError as exc:  # the oracle cannot even be loaded: no case can be judged
+        rejected = Rejected("oracle", f"oracle error: {exc}").rejection.to_json()
+        return {"cases": [], "fingerprint": None, "rejected": rejected}
     if job.get("mode") == "lint":
         cases = [Case.model_validate(item["case"]) for item in job["cases"]]
         return {"lint": harness.lint(cases, job["lint_seeds"])}

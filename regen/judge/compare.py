@@ -16,7 +16,45 @@ from .results import CaseResult
 
 
 class OracleError(Exception):
-    """The oracle itself broke its contract: not the candidate's fault."""
+    """The oracle itself broke its contract or raised: not the candidate's fault."""
+
+
+class GuardedOracle:
+    """The oracle module as the judge calls it: an exception raised inside make_inputs, reference
+    or check is the oracle's (`[guard: oracle]`), never reported as the candidate's crash.
+    `baseline` is handed out as written (timing it wrapped would change what torch.compile sees;
+    its failures are reported beside the timings)."""
+
+    GUARDED = ("make_inputs", "reference", "check")
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        fn = getattr(self._module, name)
+        if name not in self.GUARDED:
+            return fn
+
+        def call(*args):
+            try:
+                return fn(*args)
+            except OracleError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - whatever the oracle raised is the oracle's
+                where = _oracle_frame(exc.__traceback__, self._module)
+                raise OracleError(f"{name}() raised {type(exc).__name__}: {exc}{where}"[:1500]) \
+                    from exc
+        return call
+
+
+def _oracle_frame(tb, module) -> str:
+    """' (oracles/x.py line N)' for the deepest frame inside the oracle's file."""
+    path, line = getattr(module, "__file__", None), None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" ({path} line {line})" if path and line else ""
 
 
 def bits(t):

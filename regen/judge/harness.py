@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .buffers import Buffers
-from .compare import bits, compare, inputs_unchanged
+from .compare import GuardedOracle, OracleError, bits, compare, inputs_unchanged
 from .degenerate import ReferenceNotes
 from .guards import Rejected
 from .hostcode import native_problems, omp_threads, uses_openmp
@@ -37,7 +37,11 @@ class Harness:
         self.job = job
         self.spec = Spec.model_validate(job["spec"])
         self.recipe = parse_recipe(job["recipe"]) if job.get("recipe") else None
-        self.oracle = load_oracle(Path(job["oracle"]))
+        try:
+            self.oracle = GuardedOracle(load_oracle(Path(job["oracle"])))
+        except Exception as exc:  # noqa: BLE001 - an oracle that cannot even be imported
+            raise OracleError(f"the oracle could not be imported: {type(exc).__name__}: "
+                              f"{exc}"[:1500]) from exc
         self.host_code = job["language"] == "cpp"  # the artifact's code runs on the host
         torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
         # torch's own intra-op thread pool must exist before the thread baseline is taken
