@@ -272,9 +272,22 @@ class _Search:
                 self.reference_time = node.evaluation.time_s
             node.reward = reward(node.evaluation, self.reference_time)
             node.visits, node.value = 1, node.reward
-        if self.progress is not None:
-            self.progress(node.as_dict())
+        if self.progress is not None and not (node.ok and self.best is not None):
+            self.progress(self.progress_event(node))   # a refinement that passed: after consider()
         return node
+
+    def progress_event(self, node: Node) -> dict:
+        """What a progress display shows: the node, its round (a generation or refinement and
+        its repairs), the budget and the spend so far."""
+        rounds = sum(1 for n in self.nodes if n.purpose != "repair" or n.parent is None)
+        return {**node.as_dict(), "round": max(rounds, 1),
+                "max_candidates": self.budget.max_candidates, "best": self.best_id(node),
+                "spent": {"candidates": self.candidates, "tokens": self.tokens,
+                          "usd": round(self.usd, 6), "usd_unknown": self.usd_unknown,
+                          "seconds": round(self.clock() - self.started, 3)}}
+
+    def best_id(self, node: Node) -> int | None:
+        return self.best.id if self.best is not None else (node.id if node.ok else None)
 
     def generator_failed(self, node: Node, message: str, transient: bool) -> None:
         """A call that gave no answer: a failed candidate when transient (the search goes on
@@ -421,6 +434,8 @@ class _Search:
                 continue   # the call failed (or the search stopped): no verdict on the parent
             if node.ok:
                 self.consider(node)
+                if self.progress is not None:
+                    self.progress(self.progress_event(node))
             self.backprop(node, node.reward if node.ok else 0.0)
 
     def run(self, previous: Candidate | None, feedback: str | None) -> SearchResult:
