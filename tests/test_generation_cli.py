@@ -24,6 +24,7 @@ def answer(source: str, note: str) -> str:
 @pytest.fixture
 def env(tmp_path):
     return {"ANTHROPIC_API_KEY": KEY, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "REGEN_LOCAL_CACHE": str(tmp_path / "local-cache"),
             "REGEN_PRICES": "", "REGEN_LLM_MODEL": "", "REGEN_GENERATOR": ""}
 
 
@@ -139,3 +140,113 @@ def test_a_price_file_of_the_user_makes_a_model_priced(project, env, tmp_path):
     assert "warning" not in out.stderr and sent == 32000
     [row] = json.loads(out.stdout)
     assert 0 < row["spend"]["usd"] < 0.01
+
+
+OMP_IF = """\
+#include <cstdint>
+extern "C" void scale_f32(const float* x, float* y, int64_t M, int64_t N, float alpha) {
+  const int64_t total = M * N;
+#pragma omp parallel for if (total > 65536)
+  for (int64_t i = 0; i < total; ++i) y[i] = alpha * x[i];
+}
+"""
+
+
+def test_honest_openmp_whose_pool_starts_on_a_later_larger_case_is_accepted(project, env):
+    """Bug 4: `omp parallel for if (total > 65536)` was refused by the threads guard when a
+    larger case followed smaller ones (the pool could only start on the first launch)."""
+    spec = project / "specs" / "scale.yaml"
+    spec.write_text(spec.read_text().replace("  - {M: 3, N: 130}\n",
+                                             "  - {M: 3, N: 130}\n  - {M: 300, N: 300}\n"))
+    with FakeAnthropic() as fake:
+        fake.reply(answer(OMP_IF, "parallel only when it pays"))
+        out = build(project, fake, env, "--json", "--max-candidates", "1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    [row] = json.loads(out.stdout)
+    assert row["status"] == "ok" and row["record"]["ok"], row["summary"]
+    assert row["summary"].startswith("generated (llm): verified")
+
+
+# -- the host column is timed in builds: the search refines there, a spec can expect a speed ------
+
+SLOW_SCALE = """\
+#include <cstdint>
+extern "C" void scale_f32(const float* x, float* y, int64_t M, int64_t N, float alpha) {
+  for (int64_t i = 0; i < M * N; ++i) {
+    volatile float v = x[i];
+    for (int r = 0; r < 48; ++r) v = v;   // every element read back 48 times through memory
+    y[i] = alpha * v;
+  }
+}
+"""
+FAST_SCALE = """\
+#include <cstdint>
+extern "C" void scale_f32(const float* __restrict__ x, float* __restrict__ y, int64_t M,
+                          int64_t N, float alpha) {
+  const int64_t total = M * N;
+#pragma omp parallel for simd if (total > 65536)
+  for (int64_t i = 0; i < total; ++i) y[i] = alpha * x[i];
+}
+"""
+
+
+def _with_bench_case(project, profile: str = ""):
+    spec = project / "specs" / "scale.yaml"
+    spec.write_text(spec.read_text().replace(
+        "  - {M: 3, N: 130}\n", "  - {M: 3, N: 130}\n  - {M: 4096, N: 2048, bench: true}\n")
+        + profile)
+
+
+def test_the_host_column_is_timed_and_the_search_refines_a_slow_answer(project, env):
+    _with_bench_case(project)
+    with FakeAnthropic() as fake:
+        fake.reply(answer(SLOW_SCALE, "element by element"))
+        fake.reply(answer(FAST_SCALE, "vectorised, parallel rows"))
+        out = build(project, fake, env, "--json", "--max-candidates", "2")
+        prompts = fake.user_messages()
+    assert out.returncode == 0, out.stdout + out.stderr
+    # the refinement request carried the host column's measured figures
+    assert "# Request: optimise" in prompts[1] and "Measured on this target" in prompts[1]
+    assert "same-regime variant of M4096xN2048" in prompts[1] and "x torch_eager" in prompts[1]
+    [row] = json.loads(out.stdout)
+    nodes = row["search"]["tree"]["nodes"]
+    assert [n["ok"] for n in nodes] == [True, True], nodes
+    assert row["search"]["tree"]["best"] == 1, [(n["time_s"], n.get("retime")) for n in nodes]
+    retime = nodes[1]["retime"]
+    assert retime["accepted"] and retime["time_s"] < retime["incumbent_time_s"] * (1 - retime["threshold"])
+    assert nodes[0]["time_s"] / nodes[1]["time_s"] > 3
+    assert row["record"]["ok"] and "speedups" in nodes[1]
+    log = regen(project, "log", "scale", "-t", "cpu", env=env).stdout
+    assert "✓ #1 optimise" in log and ": accepted)" in log and "<- best" in log
+
+
+def test_a_spec_can_hold_a_speed_expectation_for_the_host_column(project, env):
+    """A kernel many times slower than torch was reported ok on the host column."""
+    _with_bench_case(project, "profile:\n  speedup: {cpu: {torch_eager: 0.5}}\n")
+    with FakeAnthropic() as fake:
+        fake.reply(answer(SLOW_SCALE, "element by element"))
+        out = build(project, fake, env, "--json", "--max-candidates", "1")
+        system = json.dumps(fake.requests[0]["body"]["system"])
+    assert "Be at least 0.5x as fast as torch_eager" in system
+    assert out.returncode == 1
+    data = json.loads(regen(project, "log", "--failed", "scale", "-t", "cpu", "--json",
+                            env=env).stdout)
+    [node] = data["failed"][-1]["search"]["nodes"]
+    assert node["stage"] == "verify" and "profile expectations not met: speedup vs torch_eager" \
+        in node["feedback"]
+
+
+def test_a_speedup_selector_is_validated_and_resolved_per_target():
+    from pathlib import Path as _P
+
+    from regen.spec import Profile
+    from regen.target import load_target
+
+    cpu = load_target(_P(__file__).resolve().parent.parent / "targets" / "cpu.yaml")
+    p = Profile.model_validate({"speedup": {"torch_compile": 1.0, "cpu": {"torch_eager": 0.8}}})
+    assert p.speedup_for(cpu, on_device=False) == {"torch_eager": 0.8}
+    assert Profile.model_validate({"speedup": {"torch_compile": 1.0}}).speedup_for(cpu, False) == {}
+    with pytest.raises(ValueError, match=r"unknown baseline 'cpu'.*target selector"):
+        Profile.model_validate({"speedup": {"cpu": 0.5}})
+    with pytest.raises(ValueError, match=r"speedup.cpu: unknown baseline 'numpy'"):
+        Profile.model_validate({"speedup": {"cpu": {"numpy": 0.5}}})

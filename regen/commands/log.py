@@ -27,7 +27,7 @@ def run(args) -> int:
     project.spec(args.kernel)       # an unknown kernel or target is an input error, not "nothing"
     project.target(args.target)
     if args.failed:
-        return _failed(args)
+        return _failed(args, project)
     entry = _common.store(project).current(args.kernel, args.target)
     if entry is None:
         raise InputError(f"no artifact for {args.kernel}@{args.target} "
@@ -51,10 +51,10 @@ def run(args) -> int:
     return 0
 
 
-def _failed(args) -> int:
+def _failed(args, project) -> int:
     from ..localcache import failed_searches, location
 
-    kept = failed_searches(args.kernel, args.target)
+    kept = failed_searches(project.root, args.kernel, args.target)
     if args.json:
         json.dump({"kernel": args.kernel, "target": args.target, "failed": kept}, sys.stdout,
                   indent=1)
