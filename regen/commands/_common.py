@@ -34,16 +34,26 @@ def generator(args):
         if os.environ.get("ANTHROPIC_API_KEY"):
             from ..generators.llm import LLMGenerator
 
-            return LLMGenerator(model=args.model) if getattr(args, "model", None) else LLMGenerator(), None
+            return LLMGenerator(model=getattr(args, "model", None),
+                                base_url=getattr(args, "base_url", None)), None
         why = ("no generator: set ANTHROPIC_API_KEY for the LLM generator, use "
                "--generator command:CMD for a coding agent, or `regen handoff KERNEL --target T` "
                "to write it by hand")
         if choice == "llm":
             raise InputError(why)
         return None, why
+    if choice == "openai":
+        from ..generators.openai_compat import OpenAIGenerator
+
+        gen = OpenAIGenerator(model=getattr(args, "model", None),
+                              base_url=getattr(args, "base_url", None))
+        problem = gen.problem()
+        if problem:
+            raise InputError(problem, field="--generator openai")
+        return gen, None
     if choice == "none":
         return None, "generation disabled (--generator none)"
-    raise InputError(f"unknown generator {choice!r}; expected llm, command:CMD or none",
+    raise InputError(f"unknown generator {choice!r}; expected llm, openai, command:CMD or none",
                      field="--generator")
 
 
@@ -132,9 +142,14 @@ def add_verbose(parser) -> None:
 
 def add_generator(parser) -> None:
     parser.add_argument("--generator", metavar="G",
-                        help="llm | command:CMD | none (default: $REGEN_GENERATOR, else llm if "
+                        help="llm (Anthropic API) | openai (an OpenAI-compatible server) | "
+                             "command:CMD | none (default: $REGEN_GENERATOR, else llm if "
                              "ANTHROPIC_API_KEY is set, else none)")
-    parser.add_argument("--model", help="LLM model id (default: the LLM generator's own)")
+    parser.add_argument("--model", help="model id (default: $REGEN_LLM_MODEL, else for llm "
+                                        "claude-sonnet-5-5; openai needs one)")
+    parser.add_argument("--base-url", metavar="URL",
+                        help="the API's address (default: $ANTHROPIC_BASE_URL for llm, "
+                             "$OPENAI_BASE_URL for openai, else the vendor's own)")
     parser.add_argument("--max-candidates", type=int, default=8, metavar="N",
                         help="candidates per node the search may try")
     parser.add_argument("--repair-rounds", type=int, default=3, metavar="N",
