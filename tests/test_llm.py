@@ -357,3 +357,17 @@ def test_prices_come_from_a_data_file_the_user_can_override(tmp_path, monkeypatc
     monkeypatch.setenv("REGEN_PRICES", str(tmp_path / "missing.yaml"))
     with pytest.raises(InputError, match="missing.yaml: file not found"):
         load_prices()
+
+
+def test_a_stream_cut_before_message_stop_is_retried_not_parsed(key, fake, factory):
+    """A connection closed mid-answer: the SDK hands back the partial message; regen must not
+    take it for the answer (it was parsed as an empty, unreadable answer)."""
+    make, _ = factory
+    fake.reply(GOOD * 3, stall_after=1, stall_s=0.1)   # then the server closes the connection
+    fake.reply(GOOD)
+    cand = _gen(fake, stall_timeout=30).generate(make("generate"))
+    assert cand.provenance["retries"] == 1 and len(fake.requests) == 2
+    fake.reply(GOOD * 3, stall_after=1, stall_s=0.1)
+    with pytest.raises(GenerationError, match="stream ended before the answer did") as err:
+        _gen(fake, stall_timeout=30, max_retries=0).generate(make("generate"))
+    assert err.value.transient

@@ -52,8 +52,9 @@ def test_a_local_server_answers_with_no_key(make):
 
 def test_a_stall_and_500s_are_transient_failures_with_one_retry_layer(make):
     with FakeOpenAI() as fake:
-        fake.reply(ANSWER * 3, stall_after=1, stall_s=30)
-        for _ in range(3):
+        fake.reply(ANSWER * 3, stall_after=1, stall_s=30)      # stalls
+        fake.reply(ANSWER * 3, stall_after=1, stall_s=0.05)    # cut: the connection closes
+        for _ in range(1):
             fake.replies.append({"status": 500})
         gen = OpenAIGenerator(model="m", base_url=fake.url, stall_timeout=0.5, max_retries=2,
                               backoff_s=0.01)

@@ -61,6 +61,11 @@ class _DeadlineReached(Exception):
     """The node's deadline passed while an answer was still streaming in."""
 
 
+class _StreamCut(Exception):
+    """The stream ended without message_stop: the connection closed mid-answer (the SDK would
+    hand back the partial message as if it were the answer)."""
+
+
 def _is_transport(exc: BaseException) -> bool:
     """An error of the HTTP transport itself (a read that timed out or a connection that dropped
     while a stream was being read): the SDK passes these through unwrapped."""
@@ -76,6 +81,8 @@ def failure_kind(exc: BaseException) -> str | None:
 
     if isinstance(exc, _DeadlineReached):
         return "transient"
+    if isinstance(exc, _StreamCut):
+        return "retry"
     if isinstance(exc, anthropic.APIStatusError):
         if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
             return "retry"
@@ -213,14 +220,18 @@ class LLMGenerator:
             message = client.messages.create(**kwargs)
             return message, getattr(message, "_request_id", None)
         with client.messages.stream(**kwargs) as stream:
+            complete = False
             for event in stream:
                 kind = getattr(event, "type", "")
                 if kind == "message_start":
                     usage.start(event.message.usage)
                 elif kind == "message_delta":
                     usage.output(getattr(event.usage, "output_tokens", 0))
+                complete = complete or kind == "message_stop"
                 if deadline is not None and time.monotonic() > deadline:
                     raise _DeadlineReached()
+            if not complete:
+                raise _StreamCut()
             message = stream.get_final_message()
             return message, getattr(stream, "request_id", None)
 
@@ -312,6 +323,8 @@ class LLMGenerator:
         tries = f" after {attempt + 1} attempts" if attempt else ""
         if isinstance(exc, _DeadlineReached):
             what = "the node's time budget ran out while the answer was streaming"
+        elif isinstance(exc, _StreamCut):
+            what = "the stream ended before the answer did (the connection closed mid-answer)"
         elif isinstance(exc, anthropic.AuthenticationError):
             what = "the API key was rejected (401): check ANTHROPIC_API_KEY"
         elif isinstance(exc, anthropic.APIStatusError):

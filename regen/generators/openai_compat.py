@@ -21,7 +21,7 @@ import time
 
 from ..artifact import Candidate, Request
 from . import BudgetExhausted, GenerationError
-from .llm import MIN_OUTPUT_TOKENS, SYSTEM_ROLE, _is_transport, _retry_after
+from .llm import MIN_OUTPUT_TOKENS, SYSTEM_ROLE, _is_transport, _retry_after, _StreamCut
 from .parse import ParseError, parse_answer
 from .prices import affordable_output_tokens, cost_usd, load_prices
 
@@ -37,6 +37,8 @@ def failure_kind(exc: BaseException) -> str | None:
 
     if isinstance(exc, _Deadline):
         return "transient"
+    if isinstance(exc, _StreamCut):
+        return "retry"
     if isinstance(exc, openai.APIStatusError):
         if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
             return "retry"
@@ -126,6 +128,8 @@ class OpenAIGenerator:
                     raise _Deadline()
         finally:
             stream.close()
+        if finish is None:   # the connection closed before the answer ended
+            raise _StreamCut()
         return "".join(parts), finish, model, getattr(stream, "response", None)
 
     def generate(self, request: Request) -> Candidate:
@@ -219,6 +223,8 @@ class OpenAIGenerator:
         tries = f" after {attempt + 1} attempts" if attempt else ""
         if isinstance(exc, _Deadline):
             what = "the node's time budget ran out while the answer was streaming"
+        elif isinstance(exc, _StreamCut):
+            what = "the stream ended before the answer did (the connection closed mid-answer)"
         elif isinstance(exc, openai.AuthenticationError):
             what = "the API key was rejected (401): check OPENAI_API_KEY"
         elif isinstance(exc, openai.APIStatusError):
