@@ -209,7 +209,7 @@ def candidate_line(attempt: dict) -> str:
         retime = attempt.get("retime")
         if retime and retime.get("time_s") and retime.get("incumbent_time_s"):
             verdict += (f"; re-timed {_seconds(retime['time_s'])} vs #{retime['incumbent']}'s "
-                        f"{_seconds(retime['incumbent_time_s'])} (noise {retime['threshold']:.0%}): "
+                        f"{_seconds(retime['incumbent_time_s'])} (needed {retime['threshold']:.0%} faster): "
                         + ("new best" if retime["accepted"] else "not faster beyond noise"))
         elif attempt.get("best") == attempt["id"]:
             verdict += ", best so far"

@@ -13,7 +13,8 @@ runs out. Phase 2 is UCT: pick the passing node with the best upper confidence b
 reward (speed relative to the physical floor, the baselines and the first passing candidate), ask
 for a refinement with its profile feedback and the refinements already tried, repair a failing
 child once, back the reward up the tree. A faster child replaces the incumbent only after both are
-re-timed and the child wins by more than the noise (`Budget.noise` and both runs' spread).
+re-timed and the child wins by more than the noise (`Budget.noise`, with the two runs' quartiles
+apart: faster_beyond_noise).
 Every attempt is a node in SearchResult.nodes; tree_json() is provenance["search"].
 
 A generator call that fails for that call's sake (a dropped or stalled stream, an endpoint that
@@ -153,9 +154,15 @@ def reward(ev: Evaluation, reference_time: float | None) -> float:
 
 
 def faster_beyond_noise(child: Evaluation, incumbent: Evaluation, noise: float) -> tuple[bool, float]:
-    """(accept, threshold): the child's re-timed time must beat the incumbent's by more than the
-    noise floor and more than either run's own spread."""
-    threshold = max(noise, child.spread or 0.0, incumbent.spread or 0.0)
+    """(accept, threshold): the child's upper quartile must lie below the incumbent's lower
+    quartile by more than the noise floor. A run's spread s is (p75 - p25) / median, so its middle
+    half spans about median * (1 -/+ s / 2); threshold is the fraction by which the child's median
+    must be faster. Unlike "faster by more than the larger spread", a noisy run (s >= 1 on a busy
+    machine) still lets a child many times faster win, and never a child within the noise."""
+    s_child = child.spread or 0.0
+    s_inc = min(incumbent.spread or 0.0, 1.0)
+    ratio = (1.0 + s_child / 2) / ((1.0 - s_inc / 2) * (1.0 - noise))
+    threshold = 1.0 - 1.0 / ratio
     if not (child.ok and incumbent.ok) or not child.time_s or not incumbent.time_s:
         return False, threshold
     return child.time_s < incumbent.time_s * (1.0 - threshold), threshold

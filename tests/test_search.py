@@ -389,11 +389,17 @@ def test_repair_rounds_bound_a_chain_then_a_fresh_generation_starts(key, evaluat
 
 def test_faster_beyond_noise():
     inc = Evaluation(True, "profile", time_s=1.0, spread=0.01)
-    assert faster_beyond_noise(Evaluation(True, "profile", time_s=0.90, spread=0.01), inc, 0.03) \
-        == (True, 0.03)
+    accept, threshold = faster_beyond_noise(Evaluation(True, "profile", time_s=0.90, spread=0.01),
+                                            inc, 0.03)
+    assert accept and threshold == pytest.approx(1 - 0.995 * 0.97 / 1.005)
     assert not faster_beyond_noise(Evaluation(True, "profile", time_s=0.98, spread=0.0), inc, 0.03)[0]
     noisy = Evaluation(True, "profile", time_s=0.90, spread=0.15)
-    assert faster_beyond_noise(noisy, inc, 0.03) == (False, 0.15)
+    assert faster_beyond_noise(noisy, inc, 0.03) == (False, pytest.approx(1 - 0.995 * 0.97 / 1.075))
+    # a busy machine: the incumbent's quartiles 130 % apart; 13x faster still wins, 1.5x does not
+    busy = Evaluation(True, "profile", time_s=61.4e-3, spread=1.30)
+    assert faster_beyond_noise(Evaluation(True, "profile", time_s=4.6e-3, spread=0.2), busy, 0.03)[0]
+    assert not faster_beyond_noise(Evaluation(True, "profile", time_s=41e-3, spread=0.2), busy,
+                                   0.03)[0]
     assert not faster_beyond_noise(Evaluation(False, "verify", time_s=0.1), inc, 0.03)[0]
     assert not faster_beyond_noise(Evaluation(True, "profile", time_s=None), inc, 0.03)[0]
 

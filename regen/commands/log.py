@@ -137,7 +137,7 @@ def _node_line(n: dict, best) -> str:
     retime = n.get("retime")
     if retime and retime.get("time_s") and retime.get("incumbent_time_s"):
         text += (f" (re-timed {_time(retime['time_s'])} vs #{retime['incumbent']} "
-                 f"{_time(retime['incumbent_time_s'])}, noise {retime['threshold']:.0%}: "
+                 f"{_time(retime['incumbent_time_s'])}, needed {retime['threshold']:.0%} faster: "
                  f"{'accepted' if retime['accepted'] else 'not faster beyond noise'})")
     text += f" [{n.get('tokens', 0)} tok, ${n.get('usd', 0.0):.4f}]"
     if best is not None and n.get("id") == best:
