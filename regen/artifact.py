@@ -24,6 +24,8 @@ class Request:
     previous: Candidate | None = None
     feedback: str | None = None  # why the previous candidate needs work
     purpose: str = "generate"   # generate | repair | optimise
+    deadline: float | None = None   # time.monotonic() by which the call must have returned
+    max_usd: float | None = None    # dollars the call may cost at most (what the budget has left)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def profile_for(spec: Spec, target: Target) -> dict:
     p = spec.profile
     return {"bytes": p.bytes, "flops": p.flops,
             "floor_fraction": select(p.floor_fraction, target),
-            "speedup": dict(p.speedup) if LANGUAGES[target.language].on_device else {},
+            "speedup": p.speedup_for(target, LANGUAGES[target.language].on_device),
             "max_registers": select(p.max_registers, target),
             "max_spills": select(p.max_spills, target),
             "instructions": select(p.instructions, target) or []}

@@ -56,3 +56,32 @@ def memo(kind: str, content: bytes, compute):
         hit = compute()
         store.set(key, hit)
     return hit
+
+
+# -- failed searches -----------------------------------------------------------------------------
+FAILED_KEPT = 20   # per (kernel, target): the newest are kept
+
+
+def _failed_key(project_root, kernel: str, target: str) -> str:
+    return f"failed-search:{Path(project_root).resolve()}:{kernel}:{target}"
+
+
+def record_failed_search(project_root, kernel: str, target: str, record: dict) -> None:
+    """Keep a search that ended without a passing candidate (its tree, feedback and spend): what
+    the generator tried and what it cost must not vanish with the build. `regen log --failed`."""
+    import json
+
+    store = cache()
+    with store.transact():
+        key = _failed_key(project_root, kernel, target)
+        kept = json.loads(store.get(key) or "[]")
+        kept.append(record)
+        store.set(key, json.dumps(kept[-FAILED_KEPT:]))
+
+
+def failed_searches(project_root, kernel: str, target: str) -> list[dict]:
+    """The failed searches kept for (kernel, target) of the project at `project_root`, oldest
+    first (the local cache serves every project on the machine)."""
+    import json
+
+    return json.loads(cache().get(_failed_key(project_root, kernel, target)) or "[]")

@@ -1,14 +1,17 @@
 """What a build is doing while it runs, on stderr: a live line on a terminal, plain lines elsewhere.
 
 A node reports each stage it enters (`stage(label, name)`: plan, generate, compile, verify, store),
-from worker threads when the build runs with -j, and its result when it is done
-(`done(result, i, n)`, also callable as `progress(result, i, n)`).
+from worker threads when the build runs with -j, each candidate its search tried
+(`candidate(label, attempt)`: round, candidate, verdict, tokens and dollars so far), and its result
+when it is done (`done(result, i, n)`, also callable as `progress(result, i, n)`).
 
 - On a terminal: one live line (`[3/49] rmsnorm@h200 verify 12.3 s`), redrawn at most a few times
   a second and only once something has run for longer than a second, so quick builds print
   nothing; a node that took longer than that, or did not succeed, leaves a line above it.
 - Not a terminal (CI logs, pipes): no escape codes, no redrawing; the same lines for slow or
   unsuccessful nodes only.
+- Every candidate a search tries leaves a line (a generator call takes seconds to minutes), and
+  the live line says which round and candidate the node is on and what it has spent.
 - Colour on a terminal unless NO_COLOR is set (https://no-color.org); TERM=dumb gets plain lines.
 """
 
@@ -90,6 +93,23 @@ class Progress:
 
     __call__ = done
 
+    def candidate(self, label: str, attempt: dict) -> None:
+        """A search of `label` tried a candidate (regen.search's progress event)."""
+        with self._lock:
+            now = self.clock()
+            entry = self._active.get(label)
+            if entry is None:
+                entry = self._active[label] = ["generate", now, now]
+            entry[0] = (f"generate round {attempt.get('round')}, candidate "
+                        f"{attempt['spent']['candidates'] + 1}/{attempt.get('max_candidates')}, "
+                        f"{spend_text(attempt['spent'])}")
+            entry[1] = now
+            if self.lines:
+                self._clear()
+                self.stream.write(f"  {label} {candidate_line(attempt)}\n")
+            self._draw(now, force=True)
+            self.stream.flush()
+
     def close(self) -> None:
         """Stop redrawing and take the live line off the screen."""
         self._stop.set()
@@ -162,6 +182,43 @@ class Progress:
 
         self._ticker = threading.Thread(target=tick, name="regen-progress", daemon=True)
         self._ticker.start()
+
+
+def spend_text(spent: dict) -> str:
+    tokens = spent.get("tokens") or 0
+    tok = f"{tokens / 1000:.1f}k tokens" if tokens >= 1000 else f"{tokens} tokens"
+    usd = f"${spent.get('usd') or 0.0:.4f}" + ("+ (a price unknown)" if spent.get("usd_unknown") else "")
+    return f"{tok}, {usd} so far"
+
+
+def _seconds(t: float) -> str:
+    return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms" if t < 1 else f"{t:.2f} s"
+
+
+def candidate_line(attempt: dict) -> str:
+    """`round 2 candidate 3/8 #2 repair of #1: compile failed | 4.2k tokens, $0.0123 so far`"""
+    n, cap = attempt["id"] + 1, attempt.get("max_candidates")
+    of = f" of #{attempt['parent']}" if attempt.get("parent") is not None else ""
+    head = (f"round {attempt.get('round')} candidate {n}/{cap} #{attempt['id']} "
+            f"{attempt.get('purpose')}{of}")
+    if attempt.get("error"):
+        verdict = "call failed: " + attempt["error"].splitlines()[0][:100]
+    elif attempt.get("ok"):
+        t = attempt.get("time_s")
+        verdict = "passed" + (f", {_seconds(t)}" if t else " (untimed)")
+        retime = attempt.get("retime")
+        if retime and retime.get("time_s") and retime.get("incumbent_time_s"):
+            verdict += (f"; re-timed {_seconds(retime['time_s'])} vs #{retime['incumbent']}'s "
+                        f"{_seconds(retime['incumbent_time_s'])} (needed {retime['threshold']:.0%} faster): "
+                        + ("new best" if retime["accepted"] else "not faster beyond noise"))
+        elif attempt.get("best") == attempt["id"]:
+            verdict += ", best so far"
+    else:
+        verdict = {"parse": "answer unreadable", "compile": "compile failed",
+                   "verify": "failed the oracle", "profile": "missed an expectation"}.get(
+            attempt.get("stage"), f"failed at {attempt.get('stage')}")
+    note = f" \"{attempt['note'][:60]}\"" if attempt.get("note") else ""
+    return f"{head}{note}: {verdict} | {spend_text(attempt.get('spent') or {})}"
 
 
 def for_command(total: int | None, as_json: bool = False, stream=None) -> Progress:

@@ -158,7 +158,8 @@ def _profile(spec, target) -> list[str]:
     if floor is not None:
         lines.append(f"- Reach at least {_num(floor)} of the physical floor (the time to move the "
                      "bytes at peak memory bandwidth, or do the flops at peak throughput).")
-    for baseline, minimum in sorted(prof.speedup.items()):
+    plain = {k: v for k, v in prof.speedup.items() if not isinstance(v, dict)}
+    for baseline, minimum in sorted({**plain, **prof.speedup_for(target, False)}.items()):
         lines.append(f"- Be at least {_num(minimum)}x as fast as {baseline} on the benchmark cases.")
     regs = select(prof.max_registers, target)
     if regs is not None:

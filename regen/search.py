@@ -13,8 +13,16 @@ runs out. Phase 2 is UCT: pick the passing node with the best upper confidence b
 reward (speed relative to the physical floor, the baselines and the first passing candidate), ask
 for a refinement with its profile feedback and the refinements already tried, repair a failing
 child once, back the reward up the tree. A faster child replaces the incumbent only after both are
-re-timed and the child wins by more than the noise (`Budget.noise` and both runs' spread).
+re-timed and the child wins by more than the noise (`Budget.noise`, with the two runs' quartiles
+apart: faster_beyond_noise).
 Every attempt is a node in SearchResult.nodes; tree_json() is provenance["search"].
+
+A generator call that fails for that call's sake (a dropped or stalled stream, an endpoint that
+kept failing: GenerationError.transient, or any exception from the transport) is a failed
+candidate, never the node's failure: the search asks again, and stops only after
+`generator_failures` such failures in a row. Whatever stops the search, the best verified
+candidate so far is its result. The node's budget is passed into every call (Request.deadline,
+Request.max_usd) so a generator bounds the call itself; spend of failed calls counts.
 No module state: one call's state lives in one _Search object, so calls can run in parallel threads.
 """
 
@@ -22,11 +30,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .artifact import Candidate, Request
-from .generators import GenerationError
+from .generators import BudgetExhausted, GenerationError
 from .generators.parse import ParseError
 
 FEEDBACK_CHARS = 800  # of each node's feedback kept in provenance
@@ -43,6 +51,7 @@ class Budget:
     noise: float = 0.03              # least relative speed-up that can replace the incumbent
     exploration: float = 0.7         # UCB exploration constant
     enough_floor_fraction: float | None = None   # stop refining once the best reaches this
+    generator_failures: int = 3      # failed generator calls in a row that end the search
 
 
 @dataclass
@@ -145,9 +154,15 @@ def reward(ev: Evaluation, reference_time: float | None) -> float:
 
 
 def faster_beyond_noise(child: Evaluation, incumbent: Evaluation, noise: float) -> tuple[bool, float]:
-    """(accept, threshold): the child's re-timed time must beat the incumbent's by more than the
-    noise floor and more than either run's own spread."""
-    threshold = max(noise, child.spread or 0.0, incumbent.spread or 0.0)
+    """(accept, threshold): the child's upper quartile must lie below the incumbent's lower
+    quartile by more than the noise floor. A run's spread s is (p75 - p25) / median, so its middle
+    half spans about median * (1 -/+ s / 2); threshold is the fraction by which the child's median
+    must be faster. Unlike "faster by more than the larger spread", a noisy run (s >= 1 on a busy
+    machine) still lets a child many times faster win, and never a child within the noise."""
+    s_child = child.spread or 0.0
+    s_inc = min(incumbent.spread or 0.0, 1.0)
+    ratio = (1.0 + s_child / 2) / ((1.0 - s_inc / 2) * (1.0 - noise))
+    threshold = 1.0 - 1.0 / ratio
     if not (child.ok and incumbent.ok) or not child.time_s or not incumbent.time_s:
         return False, threshold
     return child.time_s < incumbent.time_s * (1.0 - threshold), threshold
@@ -182,6 +197,7 @@ class _Search:
         self.usd_unknown = False
         self.stopped: str | None = None
         self.error: str | None = None
+        self.failures_in_a_row = 0
 
     # -- budget --------------------------------------------------------------------------
     def exhausted(self) -> str | None:
@@ -197,17 +213,25 @@ class _Search:
         return None
 
     # -- one generator call + evaluation -------------------------------------------------
+    def bounded(self, request: Request) -> Request:
+        """The request with what is left of the node's budget: its deadline and dollars."""
+        b = self.budget
+        deadline = self.started + b.max_seconds if b.max_seconds is not None else None
+        usd = b.max_usd - self.usd if b.max_usd is not None else None
+        return replace(request, deadline=deadline, max_usd=usd)
+
     def attempt(self, purpose: str, parent: Node | None, previous: Candidate | None,
                 feedback: str | None) -> Node | None:
         reason = self.exhausted()
         if reason:
             self.stopped = self.stopped or reason
             return None
-        request: Request = self.request_factory(purpose, previous, feedback)
+        request: Request = self.bounded(self.request_factory(purpose, previous, feedback))
         t0 = self.clock()
         node = Node(id=len(self.nodes), parent=parent.id if parent else None, purpose=purpose,
                     candidate=None, evaluation=None)
         self.candidates += 1
+        prov: dict = {}
         try:
             candidate = self.generator.generate(request)
         except ParseError as exc:
@@ -216,18 +240,33 @@ class _Search:
                                        note="(answer not in the artifact format)")
             node.evaluation = Evaluation(ok=False, stage="parse",
                                          feedback=str(exc))
+        except BudgetExhausted as exc:
+            self.candidates -= 1      # no call was made
+            limit = f" ({self.budget.max_usd:g})" if self.budget.max_usd is not None else ""
+            self.stopped = self.stopped or f"max_usd{limit} reached: {str(exc).split(': ', 1)[-1]}"
+            return None
         except GenerationError as exc:
-            node.error = str(exc)
-            self.error = str(exc)
-            self.stopped = f"generator failed: {str(exc).splitlines()[0] if str(exc) else exc}"
+            prov = exc.provenance
+            self.generator_failed(node, str(exc), exc.transient)
+        except Exception as exc:  # noqa: BLE001 - a transport error the generator did not name
+            self.generator_failed(node, f"{type(exc).__name__}: {exc}", True)
         else:
             node.candidate = candidate
-            node.evaluation = self.evaluate(candidate)
+            self.failures_in_a_row = 0
+            try:
+                node.evaluation = self.evaluate(candidate)
+            except Exception as exc:  # noqa: BLE001 - regen's own failure: stop, keep the best
+                node.evaluation = Evaluation(ok=False, stage="evaluate",
+                                             feedback=f"{type(exc).__name__}: {exc}")
+                node.error = f"evaluating the candidate failed: {type(exc).__name__}: {exc}"
+                self.error = node.error
+                self.stopped = f"internal error while evaluating a candidate ({type(exc).__name__})"
         node.seconds = self.clock() - t0
-        prov = node.candidate.provenance if node.candidate is not None else {}
+        if node.candidate is not None:
+            prov = node.candidate.provenance
         node.tokens = tokens_of(prov)
         cost = prov.get("cost_usd")
-        if cost is None and prov.get("generator") == "llm":
+        if cost is None and prov.get("generator") == "llm" and node.tokens:
             self.usd_unknown = True
         node.usd = float(cost or 0.0)
         self.tokens += node.tokens
@@ -240,27 +279,61 @@ class _Search:
                 self.reference_time = node.evaluation.time_s
             node.reward = reward(node.evaluation, self.reference_time)
             node.visits, node.value = 1, node.reward
-        if self.progress is not None:
-            self.progress(node.as_dict())
+        if self.progress is not None and not (node.ok and self.best is not None):
+            self.progress(self.progress_event(node))   # a refinement that passed: after consider()
         return node
+
+    def progress_event(self, node: Node) -> dict:
+        """What a progress display shows: the node, its round (a generation or refinement and
+        its repairs), the budget and the spend so far."""
+        rounds = sum(1 for n in self.nodes if n.purpose != "repair" or n.parent is None)
+        return {**node.as_dict(), "round": max(rounds, 1),
+                "max_candidates": self.budget.max_candidates, "best": self.best_id(node),
+                "spent": {"candidates": self.candidates, "tokens": self.tokens,
+                          "usd": round(self.usd, 6), "usd_unknown": self.usd_unknown,
+                          "seconds": round(self.clock() - self.started, 3)}}
+
+    def best_id(self, node: Node) -> int | None:
+        return self.best.id if self.best is not None else (node.id if node.ok else None)
+
+    def generator_failed(self, node: Node, message: str, transient: bool) -> None:
+        """A call that gave no answer: a failed candidate when transient (the search goes on
+        until `generator_failures` in a row), the end of the search otherwise."""
+        node.error = message
+        first = message.splitlines()[0] if message else "no detail"
+        if not transient:
+            self.error = message
+            self.stopped = f"generator failed: {first}"
+            return
+        self.failures_in_a_row += 1
+        if self.failures_in_a_row >= self.budget.generator_failures:
+            self.error = message
+            self.stopped = (f"generator failed {self.failures_in_a_row} times in a row; last: "
+                            f"{first}")
 
     # -- phase 1 -------------------------------------------------------------------------
     def first_passing(self, previous: Candidate | None, feedback: str | None) -> None:
         while self.best is None and not self.stopped:
             if previous is not None:  # an existing artifact that now fails: repair it first
                 node = self.attempt("repair", None, previous, feedback)
-                previous = None
+                if node is not None and node.error is None:
+                    previous = None
             else:
                 node = self.attempt("generate", None, None, None)
             repairs = 0
-            while node is not None and node.error is None and not node.ok:
+            while node is not None and not node.ok and not self.stopped:
+                if node.error is not None:    # the call failed: ask the same again
+                    parent = self.nodes[node.parent] if node.parent is not None else None
+                    if parent is None:
+                        break
+                    node = self.attempt("repair", parent, parent.candidate,
+                                        repair_feedback(parent.evaluation))
+                    continue
                 if repairs >= self.budget.repair_rounds:
                     break
                 node = self.attempt("repair", node, node.candidate, repair_feedback(node.evaluation))
                 repairs += 1
-            if node is None or node.error is not None:
-                return
-            if node.ok:
+            if node is not None and node.ok:
                 self.best = node
                 self.backprop(node, node.reward)
 
@@ -324,8 +397,12 @@ class _Search:
         if t is None or t_inc is None or t >= t_inc * (1.0 - self.budget.noise):
             return
         t0 = self.clock()
-        again = self.retime(node.candidate)
-        again_inc = self.retime(inc.candidate)
+        try:
+            again = self.retime(node.candidate)
+            again_inc = self.retime(inc.candidate)
+        except Exception as exc:  # noqa: BLE001 - the incumbent stays; the search goes on
+            node.retime = {"accepted": False, "error": f"{type(exc).__name__}: {exc}"}
+            return
         accept, threshold = faster_beyond_noise(again, again_inc, self.budget.noise)
         node.seconds += self.clock() - t0
         node.retime = {"time_s": again.time_s, "incumbent": inc.id,
@@ -358,10 +435,14 @@ class _Search:
                    and repairs < self.budget.child_repairs):
                 node = self.attempt("repair", node, node.candidate, repair_feedback(node.evaluation))
                 repairs += 1
-            if node is None or node.error is not None:
+            if node is None:
                 return
+            if node.error is not None:
+                continue   # the call failed (or the search stopped): no verdict on the parent
             if node.ok:
                 self.consider(node)
+                if self.progress is not None:
+                    self.progress(self.progress_event(node))
             self.backprop(node, node.reward if node.ok else 0.0)
 
     def run(self, previous: Candidate | None, feedback: str | None) -> SearchResult:

@@ -201,13 +201,18 @@ class Case(Strict):
         return f"{dims}:{self.dtype or default_dtype}{extra}{dist}"
 
 
+BASELINES = ("torch_eager", "torch_compile")
+
+
 class Profile(Strict):
     """Profile expectations. Selector maps are keyed by target name, arch, vendor or '*'."""
 
     bytes: str | None = None   # formula over symbols; default: every tensor read or written once
     flops: str | None = None
     floor_fraction: dict[str, float] = Field(default_factory=dict)
-    speedup: dict[str, float] = Field(default_factory=dict)   # baseline -> minimum speedup
+    # baseline -> minimum speed-up on the device columns, and selector -> {baseline: minimum} for
+    # any column (the host's too): {torch_compile: 1.0, cpu: {torch_eager: 0.8}}
+    speedup: dict[str, float | dict[str, float]] = Field(default_factory=dict)
     max_registers: dict[str, int] = Field(default_factory=dict)
     max_spills: dict[str, int] = Field(default_factory=dict)
     instructions: dict[str, list[str]] = Field(default_factory=dict)  # selector -> mnemonics
@@ -222,10 +227,29 @@ class Profile(Strict):
     @field_validator("speedup")
     @classmethod
     def _baselines(cls, v):
-        for k in v:
-            if k not in ("torch_eager", "torch_compile"):
-                raise ValueError(f"unknown baseline {k!r}; expected torch_eager or torch_compile")
+        for k, value in v.items():
+            if k in BASELINES:
+                if isinstance(value, dict):
+                    raise ValueError(f"speedup.{k}: expected the minimum speed-up over {k} (a "
+                                     "number), got a mapping")
+                continue
+            if not isinstance(value, dict):
+                raise ValueError(f"unknown baseline {k!r}; expected torch_eager or torch_compile, "
+                                 f"or a target selector (name, family, arch, vendor, language, *) "
+                                 f"mapping baselines to minimum speed-ups, e.g. {k}: "
+                                 "{torch_eager: 1.0}")
+            for b in value:
+                if b not in BASELINES:
+                    raise ValueError(f"speedup.{k}: unknown baseline {b!r}; expected "
+                                     "torch_eager or torch_compile")
         return v
+
+    def speedup_for(self, target, on_device: bool) -> dict[str, float]:
+        """baseline -> minimum speed-up on one target: the plain entries on device columns, then
+        the most specific selector entry (the only kind that reaches the host column)."""
+        plain = {k: v for k, v in self.speedup.items() if k in BASELINES} if on_device else {}
+        chosen = select({k: v for k, v in self.speedup.items() if k not in BASELINES}, target)
+        return {**plain, **(chosen or {})}
 
 
 class Spec(Strict):

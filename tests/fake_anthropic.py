@@ -5,6 +5,9 @@ request asks for `stream: true`, as the API's server-sent events. Replies:
     {"text": "...", "stop_reason": "end_turn", "thinking": "..."}     a message
     {"status": 429, "retry_after_ms": 10}                              an HTTP error
     {"stream_error": "overloaded_error"}                               an error event mid-stream
+    {"stall_after": 2, "stall_s": 30}        a stream that stops sending after 2 text chunks
+    {"hang_s": 30}                           no response at all for 30 s (headers never come)
+A stall or hang ends early when the server shuts down.
 Prompt caching is simulated: a system block marked cache_control is "written" the first time its
 text is seen and "read" afterwards, so usage shows whether a prefix stayed identical.
 Every request's path, headers and JSON body is recorded in `requests`.
@@ -36,6 +39,7 @@ class FakeAnthropic:
         self._cached: set[str] = set()
         self._count = 0
         self._lock = threading.Lock()
+        self.closing = threading.Event()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -62,6 +66,10 @@ class FakeAnthropic:
                 if reply is None:
                     return self._error(400, "invalid_request_error",
                                        "fake endpoint: no scripted reply left", n, retry=False)
+                if reply.get("hang_s"):
+                    fake.closing.wait(reply["hang_s"])
+                    self.close_connection = True
+                    return None
                 if "status" in reply:
                     return self._error(reply["status"], reply.get("type", "rate_limit_error"),
                                        reply.get("message", "scripted error"), n,
@@ -136,7 +144,11 @@ class FakeAnthropic:
                         event("content_block_start", {"type": "content_block_start", "index": index,
                               "content_block": {"type": "text", "text": ""}})
                         text = block["text"]
-                        for i in range(0, max(len(text), 1), 200):
+                        for chunk, i in enumerate(range(0, max(len(text), 1), 200)):
+                            if reply.get("stall_after") is not None and chunk == reply["stall_after"]:
+                                fake.closing.wait(reply.get("stall_s", 30))
+                                self.close_connection = True
+                                return
                             event("content_block_delta", {"type": "content_block_delta",
                                   "index": index, "delta": {"type": "text_delta",
                                                             "text": text[i:i + 200]}})
@@ -203,6 +215,7 @@ class FakeAnthropic:
         return self
 
     def __exit__(self, *exc):
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=5)

@@ -10,7 +10,11 @@ import pytest
 
 from fake_anthropic import FakeAnthropic
 from regen.generators import Candidate, GenerationError
-from regen.generators.llm import DEFAULT_MODEL, PRICES, LLMGenerator, redact
+import time
+
+from regen.generators import BudgetExhausted
+from regen.generators.llm import DEFAULT_MODEL, LLMGenerator, redact
+from regen.generators.prices import load_prices
 from regen.generators.parse import ParseError, parse_answer
 from regen.prompt import make_request_factory, split_prompt, static_prefix
 from regen.spec import load_spec
@@ -92,7 +96,7 @@ def test_generate_streams_caches_the_static_prefix_and_records_provenance(key, f
     assert p1["input_tokens"] > 0 and p1["output_tokens"] > 0
     assert p1["request_id"] == "req_fake_1" and p1["stop_reason"] == "end_turn"
     assert p1["temperature"] is None and p1["max_tokens"] == 32000
-    price = PRICES[DEFAULT_MODEL]
+    price = load_prices()[DEFAULT_MODEL]
     expected = (p1["input_tokens"] * price["input"] + p1["output_tokens"] * price["output"]
                 + p1["cache_write_tokens"] * price["cache_write"]) / 1e6
     assert p1["cost_usd"] == pytest.approx(expected, abs=1e-6)
@@ -122,9 +126,10 @@ def test_persistent_overload_ends_in_a_clear_error(key, fake, factory):
     make, _ = factory
     for _ in range(4):
         fake.fail(529, "overloaded_error", retry_after_ms=1)
-    with pytest.raises(GenerationError, match=r"failed after 2 attempts: HTTP 529"):
-        _gen(fake, max_retries=1, retry_rounds=1).generate(make("generate"))
-    assert len(fake.requests) == 4  # (1 + SDK retry) x (1 + regen retry)
+    with pytest.raises(GenerationError, match=r"failed after 2 attempts: HTTP 529") as err:
+        _gen(fake, max_retries=1).generate(make("generate"))
+    assert err.value.transient
+    assert len(fake.requests) == 2  # one retry layer: the SDK's own retries are off
 
 
 def test_bad_request_is_not_retried(key, fake, factory):
@@ -256,3 +261,113 @@ def test_a_prompt_never_sent_twice_for_one_generate_call(key, fake, factory):
     fake.reply(GOOD)
     assert isinstance(_gen(fake).generate(make("generate")), Candidate)
     assert len(fake.requests) == 1
+
+
+# -- failures real endpoints have: one retry layer, one deadline, every failure a GenerationError --
+
+def test_persistent_500s_make_exactly_the_requests_the_message_counts(key, fake, factory):
+    """Bug 3: the SDK's retries stacked under regen's made 12 requests where the message said 4."""
+    make, _ = factory
+    for _ in range(10):
+        fake.fail(500, "api_error", retry_after_ms=1)
+    with pytest.raises(GenerationError, match=r"after 3 attempts: HTTP 500") as err:
+        _gen(fake, max_retries=2).generate(make("generate"))
+    assert len(fake.requests) == 3 and err.value.transient
+    assert err.value.provenance["attempts"] == 3
+
+
+def test_a_stream_that_stalls_mid_answer_is_a_transient_generation_error(key, fake, factory):
+    """Bug 2: a stalled stream is this call's failure (transient), reported as a stall, with
+    what it cost; never an exception the search does not expect."""
+    make, _ = factory
+    fake.reply(GOOD * 3, stall_after=1, stall_s=30)
+    t0 = time.monotonic()
+    with pytest.raises(GenerationError, match=r"stalled mid-stream: nothing received for 0.5 s") as err:
+        _gen(fake, stall_timeout=0.5, max_retries=0).generate(make("generate"))
+    assert time.monotonic() - t0 < 10
+    assert err.value.transient
+    # the stream had started: its input tokens were billed and are accounted for
+    assert err.value.provenance["input_tokens"] > 0 and err.value.provenance["cost_usd"] > 0
+
+
+def test_a_stalled_stream_is_retried_and_the_retry_answers(key, fake, factory):
+    make, _ = factory
+    fake.reply(GOOD * 3, stall_after=1, stall_s=30)
+    fake.reply(GOOD)
+    cand = _gen(fake, stall_timeout=0.5).generate(make("generate"))
+    assert cand.provenance["retries"] == 1 and len(fake.requests) == 2
+    one = fake.requests  # both attempts' input is in the spend
+    assert cand.provenance["input_tokens"] > 0 and len(one) == 2
+
+
+def test_an_endpoint_that_hangs_is_bounded_by_the_node_deadline(key, fake, factory):
+    """Bug 3: with the SDK's default timeouts a hanging endpoint held a build for hours; the
+    deadline the search passes in bounds the whole call, retries included."""
+    make, _ = factory
+    for _ in range(5):
+        fake.replies.append({"hang_s": 60})
+    request = make("generate")
+    from dataclasses import replace
+    t0 = time.monotonic()
+    with pytest.raises(GenerationError, match="time budget|no response within") as err:
+        _gen(fake, stall_timeout=60.0).generate(replace(request, deadline=time.monotonic() + 1.5))
+    assert time.monotonic() - t0 < 5
+    assert err.value.transient
+
+
+def test_max_usd_lowers_max_tokens_to_what_the_budget_can_pay_for(key, fake, factory):
+    make, _ = factory
+    from dataclasses import replace
+    fake.reply(GOOD)
+    price = load_prices()[DEFAULT_MODEL]
+    cand = _gen(fake).generate(replace(make("generate"), max_usd=0.10))
+    sent = fake.requests[0]["body"]["max_tokens"]
+    assert 1024 <= sent < 32000
+    prompt_chars = len(make("generate").prompt)
+    worst = (prompt_chars / 3 + 16 + 200) * price["cache_write"] / 1e6 + sent * price["output"] / 1e6
+    assert worst <= 0.10 + 1e-3 and cand.provenance["max_tokens"] == sent
+    with pytest.raises(BudgetExhausted, match=r"max_usd: \$0.0010 left cannot pay"):
+        _gen(fake).generate(replace(make("generate"), max_usd=0.001))
+    assert len(fake.requests) == 1    # no call was made that the budget could not pay for
+
+
+def test_an_unpriced_model_cannot_run_under_a_spending_limit(key, fake, factory):
+    """Bug 6: --max-usd was silently ignored for a model missing from the price table."""
+    make, _ = factory
+    from dataclasses import replace
+    with pytest.raises(GenerationError, match="no price is known for model my-local-model") as err:
+        _gen(fake, model="my-local-model").generate(replace(make("generate"), max_usd=5.0))
+    assert not err.value.transient and fake.requests == []
+
+
+def test_prices_come_from_a_data_file_the_user_can_override(tmp_path, monkeypatch):
+    user = tmp_path / "prices.yaml"
+    user.write_text("models:\n  my-local-model: {input: 0.0, output: 0.0}\n"
+                    f"  {DEFAULT_MODEL}: {{input: 3.0, output: 15.0, cache_read: 0.3}}\n")
+    monkeypatch.setenv("REGEN_PRICES", str(user))
+    prices = load_prices()
+    assert prices["my-local-model"]["output"] == 0.0
+    assert prices[DEFAULT_MODEL] == {"input": 3.0, "output": 15.0, "cache_read": 0.3,
+                                     "cache_write": 3.75}
+    assert "claude-haiku-4-5" in prices   # the built-in ones stay
+    user.write_text("models:\n  m: {input: cheap, output: 1}\n")
+    from regen.errors import InputError
+    with pytest.raises(InputError, match=r"prices.yaml \[models.m.input\]: expected a non-negative"):
+        load_prices()
+    monkeypatch.setenv("REGEN_PRICES", str(tmp_path / "missing.yaml"))
+    with pytest.raises(InputError, match="missing.yaml: file not found"):
+        load_prices()
+
+
+def test_a_stream_cut_before_message_stop_is_retried_not_parsed(key, fake, factory):
+    """A connection closed mid-answer: the SDK hands back the partial message; regen must not
+    take it for the answer (it was parsed as an empty, unreadable answer)."""
+    make, _ = factory
+    fake.reply(GOOD * 3, stall_after=1, stall_s=0.1)   # then the server closes the connection
+    fake.reply(GOOD)
+    cand = _gen(fake, stall_timeout=30).generate(make("generate"))
+    assert cand.provenance["retries"] == 1 and len(fake.requests) == 2
+    fake.reply(GOOD * 3, stall_after=1, stall_s=0.1)
+    with pytest.raises(GenerationError, match="stream ended before the answer did") as err:
+        _gen(fake, stall_timeout=30, max_retries=0).generate(make("generate"))
+    assert err.value.transient

@@ -350,14 +350,19 @@ def test_a_failing_existing_artifact_is_repaired_first(key, evaluator):
 
 
 def test_budget_stops_the_search_and_the_generator_failure_is_reported(key, evaluator):
+    """max_usd is a hard limit: no call is made whose worst case the money left cannot pay."""
     with FakeAnthropic() as fake:
-        fake.reply(answer(COMPILE_FAIL, "a"))
-        fake.reply(answer(COMPILE_FAIL, "b"))
+        for i in range(20):
+            fake.reply(answer(COMPILE_FAIL, f"try {i}"))
         result = search(LLMGenerator(base_url=fake.url, prices={
-                            "claude-sonnet-5-5": {"input": 2000.0, "output": 10000.0}}),
-                        make_request_factory(SPEC, TARGET), evaluator, Budget(max_usd=1.0))
-    assert result.best is None and result.stop_reason == "max_usd (1) reached"
-    assert len(result.tree_json()["nodes"]) == 1 and result.spend_json()["usd"] > 1.0
+                            "claude-sonnet-5-5": {"input": 20.0, "output": 200.0}}),
+                        make_request_factory(SPEC, TARGET), evaluator,
+                        Budget(max_usd=0.4, max_candidates=20))
+        calls = len(fake.requests)
+    assert result.best is None and result.stop_reason.startswith("max_usd (0.4) reached: $")
+    assert "cannot pay for another call" in result.stop_reason
+    assert 2 <= calls == len(result.tree_json()["nodes"]) < 20
+    assert 0 < result.spend_json()["usd"] <= 0.4
 
     with FakeAnthropic() as fake:   # no scripted reply: the endpoint answers 400
         result = search(LLMGenerator(base_url=fake.url), make_request_factory(SPEC, TARGET),
@@ -384,11 +389,17 @@ def test_repair_rounds_bound_a_chain_then_a_fresh_generation_starts(key, evaluat
 
 def test_faster_beyond_noise():
     inc = Evaluation(True, "profile", time_s=1.0, spread=0.01)
-    assert faster_beyond_noise(Evaluation(True, "profile", time_s=0.90, spread=0.01), inc, 0.03) \
-        == (True, 0.03)
+    accept, threshold = faster_beyond_noise(Evaluation(True, "profile", time_s=0.90, spread=0.01),
+                                            inc, 0.03)
+    assert accept and threshold == pytest.approx(1 - 0.995 * 0.97 / 1.005)
     assert not faster_beyond_noise(Evaluation(True, "profile", time_s=0.98, spread=0.0), inc, 0.03)[0]
     noisy = Evaluation(True, "profile", time_s=0.90, spread=0.15)
-    assert faster_beyond_noise(noisy, inc, 0.03) == (False, 0.15)
+    assert faster_beyond_noise(noisy, inc, 0.03) == (False, pytest.approx(1 - 0.995 * 0.97 / 1.075))
+    # a busy machine: the incumbent's quartiles 130 % apart; 13x faster still wins, 1.5x does not
+    busy = Evaluation(True, "profile", time_s=61.4e-3, spread=1.30)
+    assert faster_beyond_noise(Evaluation(True, "profile", time_s=4.6e-3, spread=0.2), busy, 0.03)[0]
+    assert not faster_beyond_noise(Evaluation(True, "profile", time_s=41e-3, spread=0.2), busy,
+                                   0.03)[0]
     assert not faster_beyond_noise(Evaluation(False, "verify", time_s=0.1), inc, 0.03)[0]
     assert not faster_beyond_noise(Evaluation(True, "profile", time_s=None), inc, 0.03)[0]
 
@@ -438,3 +449,79 @@ def test_evaluation_from_pipeline_pieces():
     failed = evaluation_from("compile", False, "error: x", None, [], None)
     assert failed.time_s is None and repair_feedback(failed).startswith("It did not compile")
     assert repair_feedback(failed).endswith("error: x")
+
+
+# -- a generator call that fails is a failed candidate, never the node's failure ---------------
+
+def test_a_stream_that_stalls_during_refinement_is_a_failed_candidate_and_the_best_is_kept(
+        key, evaluator):
+    """Bug 2: a stream stalling mid-answer during refinement ended the node with an internal
+    error and threw the verified candidate away."""
+    with FakeAnthropic() as fake:
+        fake.reply(answer(SLOW, "first"))
+        fake.reply(answer(FAST, "never arrives"), stall_after=1, stall_s=30)
+        fake.reply(answer(FAST, "one pass for max, exp once"))
+        result = search(LLMGenerator(base_url=fake.url, stall_timeout=0.5, max_retries=0),
+                        make_request_factory(SPEC, TARGET), evaluator,
+                        Budget(max_candidates=3, exploration=0.0))
+    nodes = result.tree_json()["nodes"]
+    assert [(n["purpose"], n["stage"], n["ok"]) for n in nodes] == [
+        ("generate", "profile", True), ("optimise", "generate", False),
+        ("optimise", "profile", True)]
+    assert "stalled mid-stream" in nodes[1]["error"] and nodes[1]["tokens"] > 0
+    assert result.best.source == FAST and result.stop_reason == "max_candidates (3) reached"
+
+
+def test_repeated_call_failures_end_the_search_with_the_best_candidate(key, evaluator):
+    with FakeAnthropic() as fake:
+        fake.reply(answer(SLOW, "first"))
+        for _ in range(5):
+            fake.fail(500, "api_error", retry_after_ms=1)
+        result = search(LLMGenerator(base_url=fake.url, max_retries=0),
+                        make_request_factory(SPEC, TARGET), evaluator, Budget(max_candidates=8))
+        calls = len(fake.requests)
+    assert calls == 1 + 3
+    assert result.best.source == SLOW and result.best_node == 0
+    assert result.stop_reason.startswith("generator failed 3 times in a row; last: Anthropic API")
+    assert "HTTP 500" in result.error
+
+
+class _FlakyTransport:
+    """A generator whose second call dies in its transport with an exception of its own kind."""
+    name = "flaky"
+
+    def __init__(self, answers):
+        self.answers, self.calls = list(answers), 0
+
+    def generate(self, request):
+        from regen.generators.parse import parse_answer
+
+        self.calls += 1
+        if self.calls == 2:
+            raise TimeoutError("The read operation timed out")
+        source, recipe, note = parse_answer(self.answers.pop(0), request.language)
+        return Candidate(source, recipe, {"generator": "flaky"}, note)
+
+
+def test_an_unclassified_transport_exception_is_one_failed_candidate(evaluator):
+    gen = _FlakyTransport([answer(SLOW, "first"), answer(FAST, "faster")])
+    result = search(gen, make_request_factory(SPEC, TARGET), evaluator,
+                    Budget(max_candidates=3, exploration=0.0))
+    nodes = result.tree_json()["nodes"]
+    assert nodes[1]["error"] == "TimeoutError: The read operation timed out"
+    assert result.best.source == FAST and gen.calls == 3
+
+
+def test_the_node_deadline_reaches_the_generator_and_bounds_the_search(key, evaluator):
+    with FakeAnthropic() as fake:
+        fake.reply(answer(SLOW, "first"))
+        for _ in range(3):
+            fake.replies.append({"hang_s": 60})
+        import time as _time
+        t0 = _time.monotonic()
+        result = search(LLMGenerator(base_url=fake.url, stall_timeout=60.0),
+                        make_request_factory(SPEC, TARGET), evaluator,
+                        Budget(max_candidates=8, max_seconds=4.0))
+        took = _time.monotonic() - t0
+    assert took < 10 and result.best.source == SLOW
+    assert "max_seconds (4) reached" in result.stop_reason or "time budget" in result.stop_reason

@@ -34,24 +34,54 @@ def generator(args):
         if os.environ.get("ANTHROPIC_API_KEY"):
             from ..generators.llm import LLMGenerator
 
-            return LLMGenerator(model=args.model) if getattr(args, "model", None) else LLMGenerator(), None
+            return LLMGenerator(model=getattr(args, "model", None),
+                                base_url=getattr(args, "base_url", None)), None
         why = ("no generator: set ANTHROPIC_API_KEY for the LLM generator, use "
                "--generator command:CMD for a coding agent, or `regen handoff KERNEL --target T` "
                "to write it by hand")
         if choice == "llm":
             raise InputError(why)
         return None, why
+    if choice == "openai":
+        from ..generators.openai_compat import OpenAIGenerator
+
+        gen = OpenAIGenerator(model=getattr(args, "model", None),
+                              base_url=getattr(args, "base_url", None))
+        problem = gen.problem()
+        if problem:
+            raise InputError(problem, field="--generator openai")
+        return gen, None
     if choice == "none":
         return None, "generation disabled (--generator none)"
-    raise InputError(f"unknown generator {choice!r}; expected llm, command:CMD or none",
+    raise InputError(f"unknown generator {choice!r}; expected llm, openai, command:CMD or none",
                      field="--generator")
 
 
-def budget(args):
+DEFAULT_MAX_USD = 5.0
+
+
+def budget(args, gen=None):
+    """The search budget. A model with a known price gets --max-usd (default DEFAULT_MAX_USD);
+    for one without a price a limit cannot be enforced: asking for one is an error, and without
+    one the build says on stderr that spending is not limited."""
+    import sys
+
     from ..search import Budget
 
+    max_usd = args.max_usd
+    price = getattr(gen, "price", None)
+    if price is not None and price() is None:
+        where = ("~/.config/regen/prices.yaml (or the file $REGEN_PRICES names), e.g. "
+                 f"`models: {{{gen.model}: {{input: 3.0, output: 15.0}}}}` in USD per million tokens")
+        if max_usd is not None:
+            raise InputError(f"no price is known for model {gen.model}, so --max-usd {max_usd:g} "
+                             f"cannot be enforced: add its price to {where}", field="--max-usd")
+        print(f"regen: warning: no price is known for model {gen.model}: spending is not limited "
+              f"and not counted in dollars; add its price to {where}", file=sys.stderr)
+    elif max_usd is None:
+        max_usd = DEFAULT_MAX_USD
     return Budget(max_candidates=args.max_candidates, repair_rounds=args.repair_rounds,
-                  max_usd=args.max_usd, max_seconds=args.max_seconds)
+                  max_usd=max_usd, max_seconds=args.max_seconds)
 
 
 def settings(**kw):
@@ -69,7 +99,7 @@ def context(args, project, **kw):
     gen, problem = (None, None)
     if kw.pop("want_generator", False):
         gen, problem = generator(args)
-    b = budget(args) if gen is not None else None
+    b = budget(args, gen) if gen is not None else None
     return Context(project, store(project), generator=gen, generator_problem=problem,
                    settings=s, budget=b, **kw)
 
@@ -112,17 +142,26 @@ def add_verbose(parser) -> None:
 
 def add_generator(parser) -> None:
     parser.add_argument("--generator", metavar="G",
-                        help="llm | command:CMD | none (default: $REGEN_GENERATOR, else llm if "
+                        help="llm (Anthropic API) | openai (an OpenAI-compatible server) | "
+                             "command:CMD | none (default: $REGEN_GENERATOR, else llm if "
                              "ANTHROPIC_API_KEY is set, else none)")
-    parser.add_argument("--model", help="LLM model id (default: the LLM generator's own)")
+    parser.add_argument("--model", help="model id (default: $REGEN_LLM_MODEL, else for llm "
+                                        "claude-sonnet-5-5; openai needs one)")
+    parser.add_argument("--base-url", metavar="URL",
+                        help="the API's address (default: $ANTHROPIC_BASE_URL for llm, "
+                             "$OPENAI_BASE_URL for openai, else the vendor's own)")
     parser.add_argument("--max-candidates", type=int, default=8, metavar="N",
                         help="candidates per node the search may try")
     parser.add_argument("--repair-rounds", type=int, default=3, metavar="N",
                         help="repairs of one candidate after a compile or oracle failure")
-    parser.add_argument("--max-usd", type=float, default=5.0, metavar="USD",
-                        help="spending limit per node")
+    parser.add_argument("--max-usd", type=float, metavar="USD",
+                        help="spending limit per node, a hard one: no call is made that could "
+                             f"exceed it (default: {DEFAULT_MAX_USD:g} for a model with a known "
+                             "price; for a model without one, spending is not limited and a "
+                             "warning says so)")
     parser.add_argument("--max-seconds", type=float, default=1800.0, metavar="S",
-                        help="time limit per node")
+                        help="time limit per node, generator calls included (they time out "
+                             "when it runs out)")
 
 
 def add_verify(parser) -> None:

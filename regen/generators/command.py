@@ -84,11 +84,14 @@ class CommandGenerator:
                    REGEN_TARGET=request.target, REGEN_LANGUAGE=request.language,
                    REGEN_PURPOSE=request.purpose, REGEN_SOURCE_NAME=source_name)
         started = time.monotonic()
+        timeout, bound = self.timeout, "its timeout"
+        if request.deadline is not None and request.deadline - started < timeout:
+            timeout, bound = max(request.deadline - started, 0.01), "the node's time budget"
         proc = procs.start(self.command, shell=True, cwd=self.cwd, env=env,  # a session of its own
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
         try:
-            stdout, stderr = proc.communicate(request.prompt, timeout=self.timeout)
+            stdout, stderr = proc.communicate(request.prompt, timeout=timeout)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the command's own process group
@@ -102,8 +105,9 @@ class CommandGenerator:
                     pipe.close()
                 proc.wait()
             raise GenerationError(redact(
-                f"generator command timed out after {self.timeout:g} s: {self.command}\n"
-                f"task directory kept: {task}\nstderr tail:\n{_tail(stderr)}")) from None
+                f"generator command timed out after {timeout:.3g} s ({bound}): {self.command}\n"
+                f"task directory kept: {task}\nstderr tail:\n{_tail(stderr)}"),
+                transient=True) from None
         finally:
             procs.finished(proc)
         procs.check()  # killed by a signal to regen: not the command's failure
@@ -111,7 +115,7 @@ class CommandGenerator:
         if proc.returncode != 0:
             raise GenerationError(redact(
                 f"generator command exited with status {proc.returncode}: {self.command}\n"
-                f"task directory kept: {task}\nstderr tail:\n{_tail(stderr)}"))
+                f"task directory kept: {task}\nstderr tail:\n{_tail(stderr)}"), transient=True)
         provenance = {"generator": "command", "command": redact(self.command),
                       "exit_code": proc.returncode, "seconds": round(seconds, 3)}
         try:

@@ -24,9 +24,8 @@ class ParseError(GenerationError):
     provenance (tokens were spent on it) so the search loop can record and repair it."""
 
     def __init__(self, message: str, answer: str = "", provenance: dict | None = None):
-        super().__init__(message)
+        super().__init__(message, provenance=provenance)
         self.answer = answer
-        self.provenance = dict(provenance or {})
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str, int]]:

@@ -43,6 +43,9 @@ class Settings:
     hidden_cases: bool = True         # a hidden variant of every correctness case
     host_check_bytes: int = 64 << 20  # host column: a bench case whose buffers exceed this is
     #                                   checked as a same-regime variant (CI: 2 cores)
+    host_bench_bytes: int | None = None  # host column, timed: a bench case whose buffers exceed
+    #                                      this is timed as one fixed same-regime variant (builds:
+    #                                      every candidate on the same case); None: full size
 
 
 @dataclass
@@ -60,6 +63,12 @@ class Outcome:
         """The first failure decides the verdict."""
         if self.ok:
             self.ok, self.reason, self.error_kind = False, reason, kind
+
+
+HOST_BENCH_SALT = "host-bench"
+HOST_BENCH_BYTES = 8 << 20
+"""Timed host cases during builds: every buffer of a case together within 8 MiB, a few ms per
+call on a 2-core machine, so a candidate's bench cases, baseline and re-timing take seconds."""
 
 
 def seed_source(settings: Settings):
@@ -199,6 +208,14 @@ def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.
     return [problem] if problem else []
 
 
+def _timed_variant(spec, recipe: str, case: Case, budget: int) -> Case:
+    """The bench case, or its fixed same-regime variant within `budget` bytes, still timed."""
+    variant = same_regime(spec, recipe, case, budget, HOST_BENCH_SALT)
+    if variant is case:
+        return case
+    return Case.model_validate({**variant.model_dump(mode="json"), "bench": True})
+
+
 def _job_items(cases: list[Case], settings: Settings, seed_of, include_bench: bool):
     """The job's cases with their seeds, and every correctness seed used."""
     items, used, n = [], [], 0
@@ -228,6 +245,10 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
     if not gpu and not settings.bench:
         salt = _salt(settings)
         cases = [same_regime(spec, recipe, c, settings.host_check_bytes, salt) if c.bench else c
+                 for c in cases]
+    elif not gpu and settings.host_bench_bytes is not None:
+        # one variant per case for every candidate and re-timing: their times are compared
+        cases = [_timed_variant(spec, recipe, c, settings.host_bench_bytes) if c.bench else c
                  for c in cases]
     cases = list(cases) + hidden
     items, used = _job_items(cases, settings, seed_of, include_bench)
