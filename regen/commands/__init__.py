@@ -27,6 +27,7 @@ COMMANDS = {
     "diff": "diff",
     "check": "check",
     "tolerance": "tolerance",
+    "export": "export",
 }
 
 

@@ -18,9 +18,7 @@ configure(allow_unverified=True)), with a warning.
 
 from __future__ import annotations
 
-import inspect
-
-from .dispatch import KernelOp, RegenOpsWarning, register, reset_warnings
+from .dispatch import KernelOp, RegenOpsWarning, python_function, register, reset_warnings
 from .library import ProjectResolver
 from .signature import Signature, SignatureError
 
@@ -38,36 +36,8 @@ for _data in _resolver.signatures():
 _library = register(NAMESPACE, list(_ops.values()))
 
 
-def _wrapper(op: KernelOp):
-    import torch
-
-    overload = getattr(getattr(torch.ops, NAMESPACE), op.name).default
-    sig = op.sig
-
-    def call(*args, **kwargs):
-        return overload(*args, **kwargs)
-
-    params = [inspect.Parameter(t["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD)
-              for t in sig.inputs]
-    for p in sig.params:
-        default = inspect.Parameter.empty if p.get("default") is None else p["default"]
-        params.append(inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                        default=default))
-    call.__name__ = call.__qualname__ = op.name
-    call.__signature__ = inspect.Signature(params)
-    shapes = "; ".join(f"{t['name']}: {t['dtype']} {t['shape']}" for t in sig.inputs + sig.outputs)
-    call.__doc__ = (f"{_data_summary(op.name)}\n\ntorch.ops.{NAMESPACE}.{sig.schema()}\n"
-                    f"dtypes: {', '.join(sig.dtypes)}; {shapes}")
-    call.__module__ = __name__
-    return call
-
-
-def _data_summary(name: str) -> str:
-    return _resolver.project.spec(name).summary
-
-
 for _name, _op in _ops.items():
-    globals()[_name] = _wrapper(_op)
+    globals()[_name] = python_function(_op, __name__, _resolver.project.spec(_name).summary)
 
 
 def kernels() -> list[str]:

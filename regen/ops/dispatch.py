@@ -230,3 +230,31 @@ def register(namespace: str, ops: list[KernelOp]):
         lib.impl(op.name, op.impl, "CUDA")
         torch.library.register_fake(f"{namespace}::{op.name}", op.fake, lib=lib)
     return lib
+
+
+def python_function(op: KernelOp, module: str, summary: str = ""):
+    """`module.<kernel>(x, weight, eps=1e-06)`: calls the op's overload directly (no overload
+    resolution per call), with the spec's signature for help() and IDEs."""
+    import inspect
+
+    import torch
+
+    overload = getattr(getattr(torch.ops, op.namespace), op.name).default
+    sig = op.sig
+
+    def call(*args, **kwargs):
+        return overload(*args, **kwargs)
+
+    params = [inspect.Parameter(t["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD)
+              for t in sig.inputs]
+    for p in sig.params:
+        default = inspect.Parameter.empty if p.get("default") is None else p["default"]
+        params.append(inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        default=default))
+    call.__name__ = call.__qualname__ = op.name
+    call.__signature__ = inspect.Signature(params)
+    shapes = "; ".join(f"{t['name']}: {t['dtype']} {t['shape']}" for t in sig.inputs + sig.outputs)
+    call.__doc__ = (f"{summary}\n\ntorch.ops.{op.namespace}.{sig.schema()}\n"
+                    f"dtypes: {', '.join(sig.dtypes)}; {shapes}")
+    call.__module__ = module
+    return call

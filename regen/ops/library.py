@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..export import signature_data
 from .dispatch import Resolution
 
 
@@ -30,16 +31,6 @@ def default_root() -> Path:
     if (here / "specs").is_dir() and (here / "targets").is_dir():
         return here
     return find_root()
-
-
-def signature_data(spec) -> dict:
-    """A spec's signature as the plain data regen/ops/signature.py (and an export) reads."""
-    sig = spec.signature
-    return {"name": spec.name, "summary": spec.summary, "dtypes": list(sig.dtypes),
-            "inputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in sig.inputs],
-            "outputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-                         "inplace_of": t.inplace_of} for t in sig.outputs],
-            "params": [{"name": p.name, "type": p.type, "default": p.default} for p in sig.params]}
 
 
 class Verified:
