@@ -1,8 +1,8 @@
 """regen.ops: every spec as a torch custom op that runs the verified artifact of the device's
 column, or the oracle's baseline with a warning saying why.
 
-The host column is verified for real first (`regen verify -t cpu` on a copy of the project, as a
-user would on their machine); nothing of regen's pipeline is mocked. CUDA tests are GPU-marked
+The host column is verified for real first (conftest's verified_cpu_project: `regen verify -t cpu`
+on a copy of the project, as a user would on their machine); nothing of regen's pipeline is mocked. CUDA tests are GPU-marked
 (benchmarks/ops_device.py gathers the same evidence on the H200).
 """
 
@@ -13,27 +13,16 @@ import shutil
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import REPO, regen  # noqa: E402
-
-VERIFIED = ("rmsnorm", "softmax", "swiglu")   # verified in the fixture's copy of the project
-UNVERIFIED = "layernorm"                      # its host records removed in that copy
-
+from conftest import REPO  # noqa: E402
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ops") / "proj"
-    for name in ("specs", "oracles", "targets", "cache"):
-        shutil.copytree(REPO / name, root / name)
-    shutil.rmtree(root / "cache" / UNVERIFIED / "cpu" / "records", ignore_errors=True)
-    regen(root, "verify", *VERIFIED, "-t", "cpu", "--seeds", "1",
-          env={"REGEN_LOCAL_CACHE": str(root.parent / "lc")}, check=True)
-    return root
+def project(verified_cpu_project):
+    return verified_cpu_project
 
 
 @pytest.fixture
