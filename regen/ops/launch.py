@@ -252,20 +252,26 @@ class CudaLibrary:
             values = [0 if k == "tensor" else _scalar_checked(kernel, i, k, v)
                       for i, (k, v) in enumerate(args)]
             pointers = tuple((i, index[v]) for i, (k, v) in enumerate(args) if k == "tensor")
-            prepared.append((fn, grid, block, shared, fmt, slots, params, values, pointers, kernel))
+            prepared.append((fn, grid, block, shared, fmt, slots, ctypes.addressof(params), values,
+                             pointers, kernel, params))
         lock = threading.Lock()
         raw_stream = _raw_stream_getter()
 
+        streams: dict = {}  # raw handle -> CUstream, as the judge's runtime passes it
+
         def run(ptrs):
             self._ensure_context(device_index)
-            stream = raw_stream(device_index)
+            raw = raw_stream(device_index)
+            stream = streams.get(raw)
+            if stream is None:
+                stream = streams[raw] = driver.CUstream(raw)
             with lock:  # the slots are shared by every call of this shape
-                for fn, grid, block, shared, fmt, slots, params, values, pointers, kernel in prepared:
+                for fn, grid, block, shared, fmt, slots, params, values, pointers, kernel, _ in prepared:
                     for pos, b in pointers:
                         values[pos] = ptrs[b]
                     struct.pack_into(fmt, slots, 0, *values)
                     (err,) = launch_kernel(fn, grid[0], grid[1], grid[2], block[0], block[1],
-                                           block[2], shared, stream, ctypes.addressof(params), 0)
+                                           block[2], shared, stream, params, 0)
                     if err != success:
                         _check(err, f"launching kernel {kernel!r} grid={grid} block={block}")
         run.keep_alive = prepared
