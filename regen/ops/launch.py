@@ -259,7 +259,14 @@ class CudaLibrary:
 
         streams: dict = {}  # raw handle -> CUstream, as the judge's runtime passes it
 
+        import torch
+
+        current_device = torch._C._cuda_getDevice
+
         def run(ptrs):
+            if current_device() != device_index:  # tensors on another GPU than the current one
+                with torch.cuda.device(device_index):
+                    return run(ptrs)
             self._ensure_context(device_index)
             raw = raw_stream(device_index)
             stream = streams.get(raw)
