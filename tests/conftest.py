@@ -137,3 +137,21 @@ def project(tmp_path):
 
 def dedent(s: str) -> str:
     return textwrap.dedent(s)
+
+
+# the kernels the regen.ops and example tests run on the host column, verified for real once
+OPS_VERIFIED = ("rmsnorm", "softmax", "swiglu", "rope", "cross_entropy")
+OPS_UNVERIFIED = "layernorm"   # its host records removed: never verified here
+
+
+@pytest.fixture(scope="session")
+def verified_cpu_project(tmp_path_factory):
+    """A copy of this repository's project whose host column is verified on this machine
+    (`regen verify -t cpu`, one seed) for OPS_VERIFIED, and OPS_UNVERIFIED has no host record."""
+    root = tmp_path_factory.mktemp("ops") / "proj"
+    for name in ("specs", "oracles", "targets", "cache"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.rmtree(root / "cache" / OPS_UNVERIFIED / "cpu" / "records", ignore_errors=True)
+    regen(root, "verify", *OPS_VERIFIED, "-t", "cpu", "--seeds", "1",
+          env={"REGEN_LOCAL_CACHE": str(root.parent / "lc")}, check=True)
+    return root

@@ -90,7 +90,8 @@ def test_python_dash_m_regen_runs_commands_with_the_cli_exit_codes(project):
 NO_GPU = [["status"], ["status", "--json"], ["explain", "scale", "-t", "cpu"], ["graph"],
           ["prompt", "scale", "-t", "cpu"], ["check"], ["build", "--dry-run"],
           ["bench", "--recorded"], ["log", "scale", "-t", "cpu"], ["gc"],
-          ["handoff", "scale", "-t", "cpu", "--out", "{tmp}/h"], ["record", "--help"]]
+          ["handoff", "scale", "-t", "cpu", "--out", "{tmp}/h"], ["record", "--help"],
+          ["export", "-t", "cpu", "-o", "{tmp}/e"]]
 
 
 def test_commands_that_need_no_gpu_do_not_import_torch(project, tmp_path):

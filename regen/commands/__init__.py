@@ -27,6 +27,8 @@ COMMANDS = {
     "diff": "diff",
     "check": "check",
     "tolerance": "tolerance",
+    "export": "export",
+    "import": "import_",
 }
 
 

@@ -1,0 +1,260 @@
+"""One torch.library custom op per spec: the call path, its per-shape plan cache, the fallback and
+the fake (meta) implementation torch.compile and CUDA graphs need.
+
+Standalone, like signature.py and launch.py (`regen export` ships it): what a call runs comes from
+a *resolver* object, which regen.ops builds from the project and the cache (regen/ops/library.py)
+and an exported package from the verification record it carries:
+
+    resolver.resolve(kernel, device_type, device_index) -> Resolution
+    resolver.fallback(kernel) -> callable(inputs: dict, case) -> dict | None
+
+The hot path: one dict lookup keyed by (params, each tensor's shape, dtype, device); on a hit, a
+contiguity and alignment check per tensor, the outputs allocated, the bound launch run. Everything
+else (validation against the signature, choosing the column, binding the recipe, loading the
+binary) happens once per key, in _plan().
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+from .launch import NoLaunch, bind_recipe, workspace
+from .signature import ALIGN, Signature, SignatureError, shape_eval
+
+MAX_PLANS = 4096  # per op: shapes seen; beyond it the cache starts again (dynamic shapes)
+
+
+class RegenOpsWarning(UserWarning):
+    """An op ran something other than a verified kernel: torch's baseline, or (opted into) an
+    unverified artifact."""
+
+
+_WARNED: set = set()
+
+
+def warn_once(key, message: str) -> None:
+    """One warning per (kernel, reason) per process."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RegenOpsWarning, stacklevel=3)
+
+
+def reset_warnings() -> None:
+    """Warn again (what runs may have changed: regen.ops.configure)."""
+    _WARNED.clear()
+
+
+@dataclass
+class Resolution:
+    """What a kernel runs on one device: a loaded binary and its recipe, or why not."""
+
+    column: str | None = None        # "rmsnorm@h200"
+    library: object | None = None    # launch.CpuLibrary / launch.CudaLibrary
+    recipe: dict | None = None
+    reason: str | None = None        # set when there is no library: why (status wording)
+    note: str | None = None          # a warning to give once when it is used (unverified opt-in)
+
+
+class KernelOp:
+    """The implementation registered for CPU and CUDA, and the fake one, of one spec's op."""
+
+    def __init__(self, signature: Signature, resolver, namespace: str, label: str | None = None):
+        import torch
+
+        self.torch = torch
+        self.sig, self.resolver, self.namespace = signature, resolver, namespace
+        self.name = signature.name
+        self.label = f"{label or namespace}.{signature.name}"  # how messages name the op
+        self._n = len(signature.inputs)
+        self._input_names = [t["name"] for t in signature.inputs]
+        self._single = len(signature.outputs) == 1
+        self._plans: dict = {}
+
+    # -- the call path -----------------------------------------------------------------------
+    def impl(self, *args):
+        n = self._n
+        tensors = args[:n]
+        key = (args[n:], *[(t.shape, t.dtype, t.device, t.is_contiguous()) for t in tensors])
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(tensors, args[n:], key)
+        return plan(tensors)
+
+    def _check_contiguous(self, tensors):
+        for name, t in zip(self._input_names, tensors):
+            if not t.is_contiguous():
+                raise SignatureError(
+                    f"{self.label}: {name} is not contiguous (strides {t.stride()} for shape "
+                    f"{list(t.shape)}); the spec's layout is contiguous row-major: pass "
+                    f"{name}.contiguous()")
+
+    def fake(self, *args):
+        """Output shapes and dtypes from the signature alone (meta and fake tensors, symbolic
+        sizes): what torch.compile traces and CUDA graph capture sizes."""
+        n = self._n
+        tensors = args[:n]
+        env = self.sig.bind(tensors, args[n:])
+        torch = self.torch
+        outs = [tensors[0].new_empty(shape, dtype=getattr(torch, dt))
+                for shape, dt in zip(self.sig.output_shapes(env), self.sig.output_dtypes(env))]
+        return outs[0] if self._single else tuple(outs)
+
+    # -- plans, once per key -------------------------------------------------------------------
+    def _plan(self, tensors, params, key):
+        self._check_contiguous(tensors)
+        env = self.sig.bind(tensors, params)
+        device = tensors[0].device
+        res = self.resolver.resolve(self.name, device.type, device.index)
+        if res.library is None:
+            plan = self._fallback_plan(env, device, (self.name, res.reason), res.reason)
+        else:
+            try:
+                plan = self._kernel_plan(env, device, res)
+            except NoLaunch as exc:
+                why = f"{res.column}: {exc} for {self.sig.describe(env)}"
+                plan = self._fallback_plan(env, device, (self.name, res.column, "no-launch"), why)
+            else:
+                if res.note:
+                    warn_once((self.name, res.column, "note"), res.note)
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _kernel_plan(self, env, device, res: Resolution):
+        torch = self.torch
+        sig = self.sig
+        # each output allocated like an input of its shape and dtype where there is one
+        # (empty_like is the cheapest allocation torch has), else with torch.empty
+        inputs = [(list(shape), dt) for shape, dt in zip(
+            [[shape_eval(d, env) for d in t["shape"]] for t in sig.inputs],
+            [env["T"] if t["dtype"] == "T" else t["dtype"] for t in sig.inputs])]
+        outputs = []
+        for shape, dt in zip(sig.output_shapes(env), sig.output_dtypes(env)):
+            like = next((i for i, spec in enumerate(inputs) if spec == (list(shape), dt)), None)
+            outputs.append((like, shape, getattr(torch, dt)))
+        scratch = [(shape, getattr(torch, dt), zero) for _n, dt, shape, zero in
+                   workspace(res.recipe, env)]
+        names = [*self._input_names, *(t["name"] for t in sig.outputs),
+                 *(w[0] for w in workspace(res.recipe, env))]
+        launches = bind_recipe(res.recipe, env, set(names), env["T"])
+        run = res.library.plan(launches, {name: i for i, name in enumerate(names)}, device.index)
+        align = ALIGN[device.type]
+        empty, empty_like, zeros, single = torch.empty, torch.empty_like, torch.zeros, self._single
+        misaligned = []  # the fallback plan, made on the first misaligned call
+
+        def kernel(tensors):
+            ptrs = [t.data_ptr() for t in tensors]
+            for p in ptrs:
+                if p % align:
+                    return self._misaligned(misaligned, env, device, align)(tensors)
+            outs = [empty_like(tensors[like]) if like is not None else
+                    empty(shape, dtype=dt, device=device) for like, shape, dt in outputs]
+            ptrs += [o.data_ptr() for o in outs]
+            if scratch:
+                ws = [(zeros if zero else empty)(shape, dtype=dt, device=device)
+                      for shape, dt, zero in scratch]
+                ptrs += [w.data_ptr() for w in ws]
+            run(ptrs)
+            return outs[0] if single else tuple(outs)
+
+        kernel.column = res.column
+        return kernel
+
+    def _misaligned(self, made: list, env, device, align: int):
+        if not made:
+            made.append(self._fallback_plan(
+                env, device, (self.name, "misaligned"),
+                f"an input is not {align}-byte aligned (a view at an offset); the kernel was "
+                "verified on aligned buffers only"))
+        return made[0]
+
+    def _fallback_plan(self, env, device, warn_key, reason: str):
+        """torch's baseline (the oracle's baseline()) for this key, warned about once."""
+        from types import SimpleNamespace
+
+        torch = self.torch
+        fn = self.resolver.fallback(self.name)
+        op = self.label
+        if fn is None:
+            def refuse(_tensors):
+                raise RuntimeError(f"{op}: no verified kernel for {device} ({reason}) and no "
+                                   "fallback in this package")
+            return refuse
+        warn_once(warn_key, f"{op} runs torch's baseline on {device.type}: {reason}")
+        sig = self.sig
+        case = SimpleNamespace(sizes=sig.sizes(env), dtype=getattr(torch, env["T"]),
+                               params={p["name"]: env[p["name"]] for p in sig.params},
+                               dist="normal", device=str(device), name=f"{op}({sig.describe(env)})")
+        shapes, dtypes = sig.output_shapes(env), sig.output_dtypes(env)
+        names, single = self._input_names, self._single
+
+        def fallback(tensors):
+            got = fn(dict(zip(names, tensors)), case)
+            outs = []
+            for spec, shape, dt in zip(sig.outputs, shapes, dtypes):
+                out = got[spec["name"]]
+                want = getattr(torch, dt)
+                if out.dtype != want:
+                    out = out.to(want)
+                if list(out.shape) != list(shape):
+                    raise RuntimeError(f"{op}: the baseline returned {spec['name']} of shape "
+                                       f"{list(out.shape)}, the signature says {list(shape)}")
+                # a custom op's outputs may alias neither its inputs nor each other
+                base = out.untyped_storage().data_ptr()
+                if any(base == t.untyped_storage().data_ptr() for t in (*tensors, *outs)):
+                    out = out.clone()
+                outs.append(out.contiguous())
+            return outs[0] if single else tuple(outs)
+
+        fallback.column = None
+        return fallback
+
+    def plan_for(self, *args):
+        """The plan a call with these arguments runs (tests, `regen.ops.explain`)."""
+        n = self._n
+        key = (args[n:], *[(t.shape, t.dtype, t.device, t.is_contiguous()) for t in args[:n]])
+        return self._plans.get(key) or self._plan(args[:n], args[n:], key)
+
+
+def register(namespace: str, ops: list[KernelOp]):
+    """Define `torch.ops.<namespace>.<kernel>` for every op: the schema, the CPU and CUDA
+    implementations, the fake one. Returns the Library (keep it alive: dropping it unregisters)."""
+    import torch
+
+    lib = torch.library.Library(namespace, "DEF")
+    for op in ops:
+        lib.define(op.sig.schema())
+        lib.impl(op.name, op.impl, "CPU")
+        lib.impl(op.name, op.impl, "CUDA")
+        torch.library.register_fake(f"{namespace}::{op.name}", op.fake, lib=lib)
+    return lib
+
+
+def python_function(op: KernelOp, module: str, summary: str = ""):
+    """`module.<kernel>(x, weight, eps=1e-06)`: calls the op's overload directly (no overload
+    resolution per call), with the spec's signature for help() and IDEs."""
+    import inspect
+
+    import torch
+
+    overload = getattr(getattr(torch.ops, op.namespace), op.name).default
+    sig = op.sig
+
+    def call(*args, **kwargs):
+        return overload(*args, **kwargs)
+
+    params = [inspect.Parameter(t["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD)
+              for t in sig.inputs]
+    for p in sig.params:
+        default = inspect.Parameter.empty if p.get("default") is None else p["default"]
+        params.append(inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        default=default))
+    call.__name__ = call.__qualname__ = op.name
+    call.__signature__ = inspect.Signature(params)
+    shapes = "; ".join(f"{t['name']}: {t['dtype']} {t['shape']}" for t in sig.inputs + sig.outputs)
+    call.__doc__ = (f"{summary}\n\ntorch.ops.{op.namespace}.{sig.schema()}\n"
+                    f"dtypes: {', '.join(sig.dtypes)}; {shapes}")
+    call.__module__ = module
+    return call

@@ -1,0 +1,300 @@
+"""In-process launchers: a verified binary loaded into the caller's process and its launch recipe
+bound to a call's shapes, once per shape (the hot path then only fills pointers and launches).
+
+Standalone, like signature.py: ctypes, struct, cuda.bindings for CUDA (imported when a cubin is
+first loaded) and regen's expression parser and dtype table, which `regen export` ships with it.
+
+CUDA: the cubin is loaded into torch's primary context of the tensors' device and launched with
+the driver API on torch's current stream, exactly as the judge's runtime does
+(regen/runtimes/cuda.py), so launches order with torch's work and are captured by CUDA graphs.
+CPU: the shared library is loaded with ctypes and its extern "C" functions are called on the
+tensors' memory, in this process. That is a trust decision (the judge itself never does it; it
+runs host code in a sandboxed process of its own): regen.ops only ever loads a binary whose digest
+is the one a passing verification record names, and the user asked for it by calling the op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+from ..dtypes import short
+from ..expr import evaluate
+
+ARG_TYPES = ("int32", "int64", "float32", "float64")
+_CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "float32": ctypes.c_float,
+           "float64": ctypes.c_double}
+_PACK = {"tensor": "Q", "int32": "i4x", "int64": "q", "float32": "f4x", "float64": "d"}
+_PARAM_SIZES = {"tensor": 8, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
+_INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+
+class NoLaunch(ValueError):
+    """The recipe has nothing to run for this call (every `when` is false, or an empty grid)."""
+
+
+def _split_typed(arg: str):
+    head, sep, rest = arg.partition(":")
+    if sep and head.strip() in ARG_TYPES:
+        return head.strip(), rest.strip()
+    return None, arg
+
+
+def bind_recipe(recipe: dict, env: dict, buffers, dtype: str) -> list[tuple]:
+    """The recipe evaluated for one call, as regen.recipe.bind does for the judge:
+    [(kernel, grid, block, shared_mem, [(kind, value), ...]), ...] where kind "tensor" carries a
+    buffer name. `recipe` is the plain form of a launch.yaml (Recipe.model_dump())."""
+    out = []
+    for launch in recipe["launches"]:
+        when = launch.get("when")
+        if when is not None and not evaluate(when, env):
+            continue
+        args = []
+        for a in launch["args"]:
+            if isinstance(a, str) and a in buffers:
+                args.append(("tensor", a))
+                continue
+            typ, text = _split_typed(a) if isinstance(a, str) else (None, a)
+            val = evaluate(text, env)
+            if typ is None:
+                typ = "float32" if isinstance(val, float) else "int64"
+            args.append((typ, float(val) if typ.startswith("float") else int(val)))
+        grid = tuple(int(evaluate(d, env)) for d in launch.get("grid", [1, 1, 1]))
+        block = tuple(int(evaluate(d, env)) for d in launch.get("block", [1, 1, 1]))
+        grid, block = (grid + (1, 1, 1))[:3], (block + (1, 1, 1))[:3]
+        out.append((launch["kernel"].replace("{dtype}", short(dtype)), grid, block,
+                    int(evaluate(launch.get("shared_mem", 0), env)), args))
+    if not out:
+        raise NoLaunch("no launch of the recipe applies (every `when` is false)")
+    return out
+
+
+def workspace(recipe: dict, env: dict) -> list[tuple[str, str, list[int], bool]]:
+    """(name, dtype, shape, zero) of each scratch buffer the recipe asks for."""
+    return [(w["name"], w["dtype"], [int(evaluate(d, env)) for d in w["shape"]], bool(w.get("zero")))
+            for w in recipe.get("workspace", [])]
+
+
+def _scalar_checked(kernel: str, i: int, kind: str, value):
+    if kind in _INT_RANGE:
+        low, high = _INT_RANGE[kind]
+        if not low <= value <= high:
+            raise ValueError(f"kernel {kernel!r} argument {i}: {value} does not fit in {kind}")
+    return value
+
+
+# -- CPU --------------------------------------------------------------------------------------
+class CpuLibrary:
+    """A host artifact (shared library) loaded into this process."""
+
+    device_type = "cpu"
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        self._functions: dict[str, tuple] = {}
+
+    def _function(self, name: str, kinds: tuple):
+        fn_kinds = self._functions.get(name)
+        if fn_kinds is None:
+            try:
+                fn = getattr(self._lib, name)
+            except AttributeError:
+                raise RuntimeError(f"kernel {name!r} is not exported by {self.path}") from None
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p if k == "tensor" else _CTYPES[k] for k in kinds]
+            self._functions[name] = fn_kinds = (fn, kinds)
+        if fn_kinds[1] != kinds:
+            raise RuntimeError(f"kernel {name!r} is called with argument kinds {kinds} and "
+                               f"{fn_kinds[1]} by one recipe")
+        return fn_kinds[0]
+
+    def plan(self, launches: list[tuple], index: dict[str, int], device_index=None):
+        """A callable(pointers) making the recipe's calls; `index` maps a buffer name to the
+        position of its data pointer in the list the callable gets."""
+        calls = []
+        for kernel, _grid, _block, _shared, args in launches:
+            kinds = tuple(k for k, _ in args)
+            fn = self._function(kernel, kinds)
+            template = [None if k == "tensor" else _CTYPES[k](_scalar_checked(kernel, i, k, v))
+                        for i, (k, v) in enumerate(args)]
+            pointers = tuple((i, index[v]) for i, (k, v) in enumerate(args) if k == "tensor")
+            calls.append((fn, template, pointers))
+
+        def run(ptrs):
+            for fn, template, pointers in calls:
+                values = list(template)
+                for pos, b in pointers:
+                    values[pos] = ptrs[b]
+                fn(*values)
+        return run
+
+
+# -- CUDA -------------------------------------------------------------------------------------
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _check(result, what: str) -> None:
+    driver = _driver()
+    if result != driver.CUresult.CUDA_SUCCESS:
+        try:
+            err, name = driver.cuGetErrorName(result)
+            name = name.decode() if err == driver.CUresult.CUDA_SUCCESS and name else str(result)
+        except Exception:  # noqa: BLE001 - the enum's own name is good enough
+            name = getattr(result, "name", str(result))
+        raise RuntimeError(f"{what}: {name}")
+
+
+def _call(what: str, fn, *args):
+    out = fn(*args)
+    _check(out[0], what)
+    return out[1] if len(out) == 2 else out[1:]
+
+
+def _raw_stream_getter():
+    """device index -> the handle of torch's current stream there (what torch.compile's own
+    generated code calls: a C function, not a Stream object per call)."""
+    import torch
+
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get if get is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+
+
+class CudaLibrary:
+    """A cubin, loaded once per device into torch's primary context of that device."""
+
+    device_type = "cuda"
+
+    def __init__(self, image: bytes, name: str = "cubin"):
+        self.image, self.name = image, name
+        self._modules: dict[int, tuple] = {}   # device index -> (context, module)
+        self._functions: dict[tuple, object] = {}
+        self._local = threading.local()
+
+    def _module(self, index: int):
+        if index not in self._modules:
+            import torch
+
+            driver = _driver()
+            with torch.cuda.device(index):
+                torch.empty(1, device=f"cuda:{index}")  # torch's context exists on this device
+                _call("cuInit", driver.cuInit, 0)
+                dev = _call("cuDeviceGet", driver.cuDeviceGet, index)
+                ctx = _call("cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain, dev)
+                _check(driver.cuCtxPushCurrent(ctx)[0], "cuCtxPushCurrent")
+                try:
+                    module = _call(f"cuModuleLoadData({self.name})", driver.cuModuleLoadData,
+                                   self.image)
+                finally:
+                    driver.cuCtxPopCurrent()
+            self._modules[index] = (ctx, module)
+        return self._modules[index]
+
+    def _function(self, index: int, name: str, kinds: tuple, shared: int):
+        driver = _driver()
+        key = (index, name)
+        if key not in self._functions:
+            _ctx, module = self._module(index)
+            err, fn = driver.cuModuleGetFunction(module, name.encode())
+            if err == driver.CUresult.CUDA_ERROR_NOT_FOUND:
+                raise RuntimeError(f"kernel {name!r} is not in {self.name}")
+            _check(err, f"cuModuleGetFunction({name})")
+            self._functions[key] = fn
+            sizes = _param_sizes(fn)
+            given = [_PARAM_SIZES[k] for k in kinds]
+            if sizes is not None and sizes != given:
+                raise RuntimeError(f"kernel {name!r} takes parameters of {sizes} bytes, the recipe "
+                                   f"passes {given}")
+        fn = self._functions[key]
+        if shared > DEFAULT_DYNAMIC_SHARED:
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(driver.cuFuncSetAttribute(fn, attr, shared)[0],
+                   f"kernel {name!r}: allowing {shared} bytes of dynamic shared memory")
+        return fn
+
+    def _ensure_context(self, index: int) -> None:
+        """The thread's current context is torch's primary context of `index` (a thread that has
+        not used the driver API before may have none current)."""
+        done = getattr(self._local, "devices", None)
+        if done is None:
+            done = self._local.devices = set()
+        if index in done:
+            return
+        driver = _driver()
+        ctx = self._modules[index][0]
+        current = _call("cuCtxGetCurrent", driver.cuCtxGetCurrent)
+        if int(current) != int(ctx):
+            _check(driver.cuCtxSetCurrent(ctx)[0], "cuCtxSetCurrent")
+        done.add(index)
+
+    def plan(self, launches: list[tuple], index: dict[str, int], device_index: int):
+        """A callable(pointers) launching the recipe on the current stream of `device_index`.
+        Each launch's parameters live in one buffer of 8-byte slots, filled with one
+        struct.pack_into per call; the kernelParams array pointing into it is built once."""
+        driver = _driver()
+        launch_kernel = driver.cuLaunchKernel
+        success = driver.CUresult.CUDA_SUCCESS
+        prepared = []
+        for kernel, grid, block, shared, args in launches:
+            if 0 in grid or 0 in block:
+                raise NoLaunch(f"kernel {kernel!r} would launch an empty grid {grid} x {block}")
+            kinds = tuple(k for k, _ in args)
+            fn = self._function(device_index, kernel, kinds, shared)
+            fmt = "<" + "".join(_PACK[k] for k in kinds)
+            slots = ctypes.create_string_buffer(max(8 * len(args), 8))
+            params = (ctypes.c_void_p * max(len(args), 1))(
+                *[ctypes.addressof(slots) + 8 * i for i in range(len(args))])
+            values = [0 if k == "tensor" else _scalar_checked(kernel, i, k, v)
+                      for i, (k, v) in enumerate(args)]
+            pointers = tuple((i, index[v]) for i, (k, v) in enumerate(args) if k == "tensor")
+            prepared.append((fn, grid, block, shared, fmt, slots, ctypes.addressof(params), values,
+                             pointers, kernel, params))
+        lock = threading.Lock()
+        raw_stream = _raw_stream_getter()
+
+        streams: dict = {}  # raw handle -> CUstream, as the judge's runtime passes it
+
+        import torch
+
+        current_device = torch._C._cuda_getDevice
+
+        def run(ptrs):
+            if current_device() != device_index:  # tensors on another GPU than the current one
+                with torch.cuda.device(device_index):
+                    return run(ptrs)
+            self._ensure_context(device_index)
+            raw = raw_stream(device_index)
+            stream = streams.get(raw)
+            if stream is None:
+                stream = streams[raw] = driver.CUstream(raw)
+            with lock:  # the slots are shared by every call of this shape
+                for fn, grid, block, shared, fmt, slots, params, values, pointers, kernel, _ in prepared:
+                    for pos, b in pointers:
+                        values[pos] = ptrs[b]
+                    struct.pack_into(fmt, slots, 0, *values)
+                    (err,) = launch_kernel(fn, grid[0], grid[1], grid[2], block[0], block[1],
+                                           block[2], shared, stream, params, 0)
+                    if err != success:
+                        _check(err, f"launching kernel {kernel!r} grid={grid} block={block}")
+        run.keep_alive = prepared
+        return run
+
+
+def _param_sizes(fn):
+    """Sizes of a kernel's parameters (driver >= 12.4), or None when the driver cannot say."""
+    driver = _driver()
+    if not hasattr(driver, "cuFuncGetParamInfo"):
+        return None
+    sizes = []
+    while True:
+        err, _offset, size = driver.cuFuncGetParamInfo(fn, len(sizes))
+        if err == driver.CUresult.CUDA_ERROR_INVALID_VALUE:
+            return sizes
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return None
+        sizes.append(size)

@@ -1,0 +1,260 @@
+"""regen.ops: every spec as a torch custom op that runs the verified artifact of the device's
+column, or the oracle's baseline with a warning saying why.
+
+The host column is verified for real first (conftest's verified_cpu_project: `regen verify -t cpu`
+on a copy of the project, as a user would on their machine); nothing of regen's pipeline is mocked. CUDA tests are GPU-marked
+(benchmarks/ops_device.py gathers the same evidence on the H200).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import REPO  # noqa: E402
+
+@pytest.fixture(scope="module")
+def project(verified_cpu_project):
+    return verified_cpu_project
+
+
+@pytest.fixture
+def ops(project, monkeypatch):
+    monkeypatch.setenv("REGEN_LOCAL_CACHE", str(project.parent / "lc"))
+    import regen.ops as ops
+
+    ops.configure(allow_unverified=False, root=project)
+    yield ops
+    ops.configure(allow_unverified=False)
+
+
+def _baseline(kernel, inputs, **params):
+    from regen.oracle import load_oracle
+    from types import SimpleNamespace
+
+    module = load_oracle(REPO / "oracles" / f"{kernel}.py")
+    spec_params = {"rmsnorm": {"eps": 1e-6}, "layernorm": {"eps": 1e-5}}.get(kernel, {})
+    return module.baseline(inputs, SimpleNamespace(params={**spec_params, **params}))
+
+
+def test_every_spec_is_a_torch_op_with_its_signature_as_schema(ops):
+    assert set(ops.kernels()) == {p.stem for p in (REPO / "specs").glob("*.yaml")}
+    schema = torch.ops.regen.rmsnorm.default._schema
+    assert [(a.name, str(a.type)) for a in schema.arguments] == \
+        [("x", "Tensor"), ("weight", "Tensor"), ("eps", "float")]
+    assert schema.arguments[2].default_value == pytest.approx(1e-6) and len(schema.returns) == 1
+    assert str(torch.ops.regen.cross_entropy.default._schema) == \
+        "regen::cross_entropy(Tensor logits, Tensor targets) -> Tensor"
+    import inspect
+    assert str(inspect.signature(ops.rmsnorm)) == "(x, weight, eps=1e-06)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_calls_run_the_verified_host_artifact_and_agree_with_the_baseline(ops, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 1000, generator=g).to(dtype)
+    w = torch.randn(1000, generator=g).to(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ops.RegenOpsWarning)
+        got = {"rmsnorm": ops.rmsnorm(x, w), "softmax": ops.softmax(x), "swiglu": ops.swiglu(x)}
+    assert ops.runs("rmsnorm", x, w) == "rmsnorm@cpu"
+    assert ops.runs("softmax", x) == "softmax@cpu"
+    assert ops.runs("swiglu", x) == "swiglu@cpu"
+    rtol = 1e-5 if dtype == torch.float32 else 2e-2
+    want = {"rmsnorm": _baseline("rmsnorm", {"x": x, "weight": w})["y"],
+            "softmax": _baseline("softmax", {"x": x})["y"],
+            "swiglu": _baseline("swiglu", {"x": x})["y"]}
+    for k in got:
+        assert got[k].dtype == dtype and got[k].shape == want[k].shape, k
+        torch.testing.assert_close(got[k].float(), want[k].float(), rtol=rtol, atol=1e-5)
+    assert ops.rmsnorm(x, w, eps=0.5).sub(ops.rmsnorm(x, w)).abs().max() > 0  # the param is passed
+
+
+def test_an_unverified_column_runs_the_baseline_with_one_warning_in_status_words(ops):
+    x, w, b = torch.randn(4, 64), torch.randn(64), torch.randn(64)
+    with pytest.warns(ops.RegenOpsWarning, match=r"regen.ops.layernorm runs torch's baseline on "
+                      r"cpu: layernorm@cpu: verify — never verified on "):
+        y = ops.layernorm(x, w, b)
+    assert ops.runs("layernorm", x, w, b) is None
+    torch.testing.assert_close(y, _baseline("layernorm", {"x": x, "weight": w, "bias": b})["y"],
+                               rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ops.RegenOpsWarning)
+        ops.layernorm(torch.randn(9, 64), w, b)   # same reason, other shape: no second warning
+    state = {s["kernel"]: s for s in ops.status("cpu")}
+    assert state["layernorm"]["runs"] == "torch baseline"
+    assert state["rmsnorm"]["runs"] == "verified kernel"
+    assert state["rmsnorm"]["why"].startswith("verified on ")
+
+
+def test_unverified_artifacts_run_only_when_the_user_opts_in(ops):
+    x, w, b = torch.randn(4, 64), torch.randn(64), torch.randn(64)
+    ops.configure(allow_unverified=True)
+    with pytest.warns(ops.RegenOpsWarning, match="runs the UNVERIFIED artifact layernorm@cpu"):
+        y = ops.layernorm(x, w, b)
+    assert ops.runs("layernorm", x, w, b) == "layernorm@cpu"
+    torch.testing.assert_close(y, _baseline("layernorm", {"x": x, "weight": w, "bias": b})["y"],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_a_binary_other_than_the_verified_one_is_never_loaded(project, ops, tmp_path):
+    from regen.keys import digest
+
+    copy = tmp_path / "proj"
+    for name in ("specs", "oracles", "targets", "cache"):
+        shutil.copytree(project / name, copy / name)
+    for path in (copy / "cache" / "softmax" / "cpu" / "records").glob("*.json"):
+        rec = json.loads(path.read_text())
+        rec.pop("digest")
+        rec["compile"]["binary"] = "0" * 64   # the record now vouches for another binary
+        rec["digest"] = digest(rec)
+        path.write_text(json.dumps(rec))
+    ops.configure(root=copy)
+    with pytest.warns(ops.RegenOpsWarning, match=r"softmax@cpu: the binary built here \([0-9a-f]{12}\)"
+                      r" is not the verified one \(000000000000\)"):
+        ops.softmax(torch.randn(3, 8))
+    assert ops.runs("softmax", torch.randn(3, 8)) is None
+
+
+def test_bad_calls_are_refused_with_the_argument_and_what_the_spec_expects(ops):
+    x, w = torch.randn(4, 64), torch.randn(64)
+    cases = [
+        ((x.t(), torch.randn(4)), r"x is not contiguous .* pass x.contiguous\(\)"),
+        ((x, w.half()), r"weight has dtype float16, expected float32"),
+        ((x, torch.randn(65)), r"weight.shape\[0\] is 65, expected N = 64 \(N=64 from x.shape\[1\]\)"),
+        ((x.double(), w.double()), r"dtype float64 is not supported; the spec lists bfloat16, "
+                                   r"float16, float32"),
+        ((x[0], w), r"x has 1 dimensions \[64\], expected 2 \[M, N\]"),
+    ]
+    for args, message in cases:
+        with pytest.raises(ops.SignatureError, match="regen.ops.rmsnorm: " + message):
+            ops.rmsnorm(*args)
+    with pytest.raises(ops.SignatureError, match=r"x.shape\[1\] is 5, which is not 2 \* N"):
+        ops.swiglu(torch.randn(3, 5))
+
+
+def test_an_input_at_an_unaligned_offset_runs_the_baseline(ops):
+    x, w = torch.randn(4 * 64 + 1)[1:].view(4, 64), torch.randn(64)
+    assert x.is_contiguous() and x.data_ptr() % 64
+    with pytest.warns(ops.RegenOpsWarning, match="not 64-byte aligned"):
+        y = ops.rmsnorm(x, w)
+    torch.testing.assert_close(y, _baseline("rmsnorm", {"x": x, "weight": w})["y"], rtol=0, atol=0)
+
+
+def test_torch_compile_traces_the_ops_in_one_graph_with_dynamic_shapes(ops):
+    def block(x, w):
+        h = ops.rmsnorm(x, w) * 2
+        return ops.softmax(h) + ops.swiglu(torch.cat([h, h], -1))
+
+    x, w = torch.randn(4, 64), torch.randn(64)
+    explained = torch._dynamo.explain(block)(x, w)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    compiled = torch.compile(block, dynamic=True, fullgraph=True)
+    for m, n in ((4, 64), (7, 32)):
+        x, w = torch.randn(m, n), torch.randn(n)
+        torch.testing.assert_close(compiled(x, w), block(x, w))
+
+
+def test_fake_implementation_gives_output_shapes_from_the_signature(ops):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        y = torch.ops.regen.swiglu(torch.empty(3, 10, dtype=torch.bfloat16))
+        loss = torch.ops.regen.cross_entropy(torch.empty(5, 7), torch.empty(5, dtype=torch.int64))
+        pooled = torch.ops.regen.maxpool3d(torch.empty(1, 2, 9, 7, 5))
+    assert (tuple(y.shape), y.dtype) == ((3, 5), torch.bfloat16)
+    assert (tuple(loss.shape), loss.dtype) == ((1,), torch.float32)
+    assert tuple(pooled.shape) == (1, 2, 4, 3, 2)
+
+
+def test_the_standalone_recipe_binding_agrees_with_the_judges_for_every_committed_recipe():
+    from regen.ops.launch import NoLaunch, bind_recipe
+    from regen.project import Project
+    from regen.recipe import bind, parse_recipe
+    from regen.store import Store
+
+    project = Project(REPO)
+    store = Store(project.cache_dir)
+    checked = 0
+    for kernel in project.kernel_names():
+        spec = project.spec(kernel)
+        names = {t.name for t in spec.signature.tensors}
+        for target in store.targets_of(kernel):
+            recipe = parse_recipe(store.current(kernel, target).recipe())
+            buffers = names | {w.name for w in recipe.workspace}
+            for case in spec.cases:
+                env = spec.case_env(case)
+                try:
+                    want = [(b.kernel, b.grid, b.block, b.shared_mem,
+                             [(a.kind, a.value) for a in b.args]) for b in
+                            bind(recipe, env, buffers, env["T"])]
+                except ValueError:
+                    with pytest.raises(NoLaunch):
+                        bind_recipe(recipe.model_dump(mode="json"), env, buffers, env["T"])
+                    continue
+                assert bind_recipe(recipe.model_dump(mode="json"), env, buffers, env["T"]) == want
+                checked += 1
+    assert checked > 300
+
+
+def test_importing_regen_ops_reads_the_named_project_and_builds_nothing(project, tmp_path):
+    code = "import regen.ops as o; print(o._resolver.project.root)"
+    env = {"REGEN_ROOT": str(project), "PYTHONPATH": str(REPO),
+           "REGEN_LOCAL_CACHE": str(tmp_path / "lc"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(project)]
+    assert not (tmp_path / "lc" / "ops").exists()   # binaries are built and loaded on first call
+
+
+# -- CUDA (device machine) -----------------------------------------------------------------------
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+def test_cuda_call_runs_the_verified_column_artifact_on_the_current_stream():
+    _cuda()
+    import regen.ops as ops
+
+    ops.configure(root=REPO)
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = ops.rmsnorm(x, w)
+    stream.synchronize()
+    column = ops.runs("rmsnorm", x, w)
+    status = {s["kernel"]: s for s in ops.status("cuda")}
+    assert column == status["rmsnorm"]["column"], status["rmsnorm"]
+    assert column is not None, status["rmsnorm"]["why"]
+    want = torch.nn.functional.rms_norm(x.float(), (4096,), w.float(), 1e-6)
+    torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_captures_regen_ops_after_a_warm_up():
+    _cuda()
+    import regen.ops as ops
+
+    ops.configure(root=REPO)
+    x = torch.randn(8, 1024, device="cuda")
+    w = torch.randn(1024, device="cuda")
+    ops.softmax(ops.rmsnorm(x, w))  # warm-up: loads the binary, binds the shape
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.softmax(ops.rmsnorm(x, w))
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, torch.softmax(torch.nn.functional.rms_norm(x, (1024,), w, 1e-6),
+                                                  -1), rtol=1e-4, atol=1e-6)
