@@ -123,12 +123,15 @@ def compile_components(source_digest: str, toolchain_identity: dict) -> dict:
 def profile_for(spec: Spec, target: Target) -> dict:
     """The profile expectations that apply to one target (selector maps resolved)."""
     p = spec.profile
-    return {"bytes": p.bytes, "flops": p.flops,
-            "floor_fraction": select(p.floor_fraction, target),
-            "speedup": dict(p.speedup) if LANGUAGES[target.language].on_device else {},
-            "max_registers": select(p.max_registers, target),
-            "max_spills": select(p.max_spills, target),
-            "instructions": select(p.instructions, target) or []}
+    out = {"bytes": p.bytes, "flops": p.flops,
+           "floor_fraction": select(p.floor_fraction, target),
+           "speedup": dict(p.speedup) if LANGUAGES[target.language].on_device else {},
+           "max_registers": select(p.max_registers, target),
+           "max_spills": select(p.max_spills, target),
+           "instructions": select(p.instructions, target) or []}
+    if p.memory is not None:  # only where given: the keys of specs without it do not change
+        out["memory"] = p.memory
+    return out
 
 
 def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_digest: str,

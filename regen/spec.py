@@ -201,6 +201,11 @@ class Case(Strict):
         return f"{dims}:{self.dtype or default_dtype}{extra}{dist}"
 
 
+# what a speedup expectation may be measured against: the oracle's baseline() (eager, compiled)
+# and the fastest of its peers() that ran here with outputs matching the reference
+SPEEDUP_BASELINES = ("torch_eager", "torch_compile", "best_peer")
+
+
 class Profile(Strict):
     """Profile expectations. Selector maps are keyed by target name, arch, vendor or '*'."""
 
@@ -208,11 +213,12 @@ class Profile(Strict):
     flops: str | None = None
     floor_fraction: dict[str, float] = Field(default_factory=dict)
     speedup: dict[str, float] = Field(default_factory=dict)   # baseline -> minimum speedup
+    memory: str | None = None  # formula: most bytes of outputs + workspace one call may allocate
     max_registers: dict[str, int] = Field(default_factory=dict)
     max_spills: dict[str, int] = Field(default_factory=dict)
     instructions: dict[str, list[str]] = Field(default_factory=dict)  # selector -> mnemonics
 
-    @field_validator("bytes", "flops")
+    @field_validator("bytes", "flops", "memory")
     @classmethod
     def _formula(cls, v):
         if v is not None:
@@ -223,8 +229,9 @@ class Profile(Strict):
     @classmethod
     def _baselines(cls, v):
         for k in v:
-            if k not in ("torch_eager", "torch_compile"):
-                raise ValueError(f"unknown baseline {k!r}; expected torch_eager or torch_compile")
+            if k not in SPEEDUP_BASELINES:
+                raise ValueError(f"unknown baseline {k!r}; expected one of "
+                                 f"{', '.join(SPEEDUP_BASELINES)}")
         return v
 
 
@@ -270,6 +277,11 @@ class Spec(Strict):
             if d in FLOAT_DTYPES and d not in self.tolerance:
                 raise ValueError(f"tolerance: no entry for dtype {d!r} (signature.dtypes lists it)")
         known = syms | params | {"T"}
+        for field in ("bytes", "flops", "memory"):
+            unknown = expr.names(getattr(self.profile, field) or "0") - known
+            if unknown:
+                raise ValueError(f"profile.{field}: unknown names {sorted(unknown)} (expected "
+                                 f"shape symbols or parameters: {sorted(known)})")
         for d, tol in self.tolerance.items():
             for field in ("atol", "rtol"):
                 unknown = expr.names(getattr(tol, field)) - known

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import _common
 
-HELP = "time benchmark cases against torch eager and torch.compile"
+HELP = "time benchmark cases against torch eager, torch.compile and the oracle's peers"
 
 
 def add_arguments(parser) -> None:
