@@ -154,8 +154,9 @@ def _case_dump(case) -> dict:
     """A case as its key sees it; a case without its own tolerance dumps as it did before
     per-case tolerances existed (no key changes for specs that do not use them)."""
     out = case.model_dump(mode="json")
-    if out.get("tolerance") is None:
-        out.pop("tolerance", None)
+    for optional in ("tolerance", "targets"):   # absent as before these fields existed
+        if out.get(optional) is None:
+            out.pop(optional, None)
     return out
 
 

@@ -182,6 +182,15 @@ class Case(Strict):
     dist: str = "normal"
     bench: bool = False  # a benchmark case: timed by `regen bench`, checked there once
     tolerance: ToleranceOverride | None = None  # this case's own atol/rtol (numbers or formulas)
+    # the columns this case runs on (target names, families, archs, vendors or languages);
+    # default every column. A GPU-sized benchmark (a vocabulary GEMM) is no case for the host.
+    targets: list[str] | None = None
+
+    def applies_to(self, target) -> bool:
+        if self.targets is None:
+            return True
+        keys = {target.name, target.family_name, target.arch, target.vendor, target.language}
+        return bool(keys & set(self.targets))
 
     @field_validator("dtype")
     @classmethod
@@ -303,16 +312,24 @@ class Spec(Strict):
                 self.case_tolerance(case)
             except ValueError as exc:
                 raise ValueError(f"cases[{i}]: {exc}") from None
-        if not any(not c.bench for c in self.cases):
-            raise ValueError("cases: at least one correctness case (bench: false) is required")
+        for i, case in enumerate(self.cases):
+            if case.targets is not None and not case.targets:
+                raise ValueError(f"cases[{i}].targets: expected at least one column (or leave "
+                                 "it out: every column)")
+        if not any(not c.bench and c.targets is None for c in self.cases):
+            raise ValueError("cases: at least one correctness case (bench: false) for every column "
+                             "(no targets:) is required")
         return self
 
     # -- derived views -------------------------------------------------------------------
     def correctness_cases(self) -> list[Case]:
         return [c for c in self.cases if not c.bench]
 
-    def bench_cases(self) -> list[Case]:
-        return [c for c in self.cases if c.bench]
+    def bench_cases(self, target=None) -> list[Case]:
+        return [c for c in self.cases if c.bench and (target is None or c.applies_to(target))]
+
+    def cases_for(self, target) -> list[Case]:
+        return [c for c in self.cases if c.applies_to(target)]
 
     def case_env(self, case: Case) -> dict:
         """Symbols, parameters (defaults applied) and the dtype of one case."""

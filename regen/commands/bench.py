@@ -66,7 +66,7 @@ def run(args) -> int:
         if n.skip or n.action == planning.UNSUPPORTED:
             continue
         spec = project.spec(n.kernel)
-        bench_cases = spec.bench_cases()
+        bench_cases = spec.bench_cases(project.target(n.target))
         if not bench_cases:
             continue
         r = building.bench_node(ctx, n, bench_cases)

@@ -224,7 +224,7 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
     gpu = LANGUAGES[target.language].on_device
     include_bench = settings.include_bench_cases or settings.bench
     if cases is None:
-        cases = [c for c in spec.cases if not c.bench or include_bench]
+        cases = [c for c in spec.cases_for(target) if not c.bench or include_bench]
     hidden = hidden_variants(spec, cases, settings)
     if not gpu and not settings.bench:
         salt = _salt(settings)
