@@ -238,3 +238,23 @@ def test_recorded_rows_keep_their_peers(tmp_path):
     report.bench([row], False, out)
     line = next(x for x in out.getvalue().splitlines() if x.startswith("rmsnorm"))
     assert "liger 127.0" in line and "0.98x" in line
+
+
+def test_a_case_for_some_columns_runs_only_there():
+    """targets: on a case keeps a GPU-sized benchmark (a vocabulary GEMM) off the host column."""
+    project = Project(ROOT)
+    spec = project.spec("fused_linear_cross_entropy")
+    cpu, h200 = project.target("cpu"), project.target("h200")
+    assert [c.sizes for c in spec.bench_cases(cpu)] == [{"N": 64, "H": 256, "V": 4096}]
+    assert [c.sizes["V"] for c in spec.bench_cases(h200)] == [128256]
+    assert len(spec.cases_for(cpu)) == len(spec.cases_for(h200)) == len(spec.cases) - 1
+
+
+def test_a_case_with_an_empty_column_list_is_refused(tmp_path):
+    spec = yaml.safe_load((ROOT / "specs" / "softmax.yaml").read_text())
+    spec["cases"][0]["targets"] = []
+    path = tmp_path / "softmax.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(InputError) as exc:
+        load_spec(path)
+    assert "cases[0].targets: expected at least one column" in str(exc.value)
