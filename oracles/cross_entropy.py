@@ -87,3 +87,22 @@ def baseline(inputs, case):
     """What a user runs without regen: torch's cross_entropy on the storage-dtype logits."""
     loss = torch.nn.functional.cross_entropy(inputs["logits"], inputs["targets"], ignore_index=IGNORE_INDEX)
     return {"loss": loss.float().reshape(1)}
+
+
+def peers():
+    """Liger-Kernel's and QuACK's cross-entropy forward (imported when called), mean over the
+    counted tokens with ignore_index -100."""
+    def liger(inputs, case):
+        from liger_kernel.transformers.functional import liger_cross_entropy
+
+        loss = liger_cross_entropy(inputs["logits"], inputs["targets"], ignore_index=-100)
+        return {"loss": loss.float().reshape(1)}
+
+    def quack(inputs, case):
+        from quack import cross_entropy
+
+        loss = cross_entropy(inputs["logits"], inputs["targets"], ignore_index=-100,
+                             reduction="mean")
+        return {"loss": loss.float().reshape(1)}
+
+    return {"liger": liger, "quack": quack}

@@ -75,3 +75,24 @@ def baseline(inputs, case):
     x = inputs["x"]
     return {"y": torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["weight"], inputs["bias"],
                                                 float(case.params["eps"]))}
+
+
+def peers():
+    """Liger-Kernel's and QuACK's LayerNorm forward (imported when called)."""
+    def liger(inputs, case):
+        from liger_kernel.transformers.functional import liger_layer_norm
+
+        return {"y": liger_layer_norm(inputs["x"], inputs["weight"], inputs["bias"],
+                                      float(case.params["eps"]))}
+
+    def quack_prepare(inputs, case):  # QuACK's layernorm takes float32 weight and bias
+        return {"x": inputs["x"], "weight": inputs["weight"].float(),
+                "bias": inputs["bias"].float()}
+
+    def quack(inputs, case):
+        from quack.rmsnorm import layernorm_fwd
+
+        return {"y": layernorm_fwd(inputs["x"], inputs["weight"], inputs["bias"],
+                                   eps=float(case.params["eps"]))}
+
+    return {"liger": liger, "quack": (quack_prepare, quack)}

@@ -60,3 +60,24 @@ def baseline(inputs, case):
     """What a user runs without regen: torch's fused rms_norm in the storage dtype."""
     x = inputs["x"]
     return {"y": torch.nn.functional.rms_norm(x, (x.shape[-1],), inputs["weight"], float(case.params["eps"]))}
+
+
+def peers():
+    """Liger-Kernel's and QuACK's RMSNorm forward (imported when called). Liger in its "gemma"
+    casting mode with offset 0: everything in float32, rounded once, as this spec asks."""
+    def liger(inputs, case):
+        from liger_kernel.transformers.functional import liger_rms_norm
+
+        y = liger_rms_norm(inputs["x"], inputs["weight"], float(case.params["eps"]), offset=0.0,
+                           casting_mode="gemma")
+        return {"y": y}
+
+    def quack_prepare(inputs, case):
+        return {"x": inputs["x"], "weight": inputs["weight"].float()}  # QuACK keeps fp32 weights
+
+    def quack(inputs, case):
+        from quack import rmsnorm
+
+        return {"y": rmsnorm(inputs["x"], inputs["weight"], eps=float(case.params["eps"]))}
+
+    return {"liger": liger, "quack": (quack_prepare, quack)}

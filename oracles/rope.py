@@ -70,3 +70,26 @@ def baseline(inputs, case):
     cos, sin = inputs["cos"][None, :, None, :], inputs["sin"][None, :, None, :]
     x1, x2 = x.chunk(2, dim=-1)
     return {"y": torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)}
+
+
+def peers():
+    """QuACK's apply_rotary (same layout: x [B, S, H, D], tables [S, D/2]) and Liger-Kernel's
+    rope (imported when called). Liger rotates q and k together, in place, with full-width
+    tables [1, S, D]: prepare builds those and a one-head k (1/H of extra work), untimed."""
+    def quack(inputs, case):
+        from quack.rotary import apply_rotary
+
+        return {"y": apply_rotary(inputs["x"], inputs["cos"], inputs["sin"])}
+
+    def liger_prepare(inputs, case):
+        x, cos, sin = inputs["x"], inputs["cos"], inputs["sin"]
+        return {"q": x.transpose(1, 2), "k": x[:, :, :1].clone().transpose(1, 2),
+                "cos": torch.cat([cos, cos], dim=-1)[None], "sin": torch.cat([sin, sin], dim=-1)[None]}
+
+    def liger(inputs, case):
+        from liger_kernel.transformers.functional import liger_rope
+
+        q, _k = liger_rope(inputs["q"], inputs["k"], inputs["cos"], inputs["sin"])
+        return {"y": q.transpose(1, 2)}
+
+    return {"quack": quack, "liger": (liger_prepare, liger)}

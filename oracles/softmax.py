@@ -45,3 +45,18 @@ def check(inputs, outputs, case):
 def baseline(inputs, case):
     """What a user runs without regen: torch's softmax in the storage dtype (fp32 math inside)."""
     return {"y": torch.softmax(inputs["x"], dim=-1)}
+
+
+def peers():
+    """Liger-Kernel's LigerSoftmax and QuACK's softmax (imported when called)."""
+    def liger(inputs, case):
+        from liger_kernel.transformers.functional import liger_softmax
+
+        return {"y": liger_softmax(inputs["x"])}
+
+    def quack(inputs, case):
+        from quack import softmax
+
+        return {"y": softmax(inputs["x"])}
+
+    return {"liger": liger, "quack": quack}

@@ -58,3 +58,19 @@ def baseline(inputs, case):
     """What a user runs without regen: silu(a) * b on the two halves, in the storage dtype."""
     a, b = inputs["x"].chunk(2, dim=-1)
     return {"y": torch.nn.functional.silu(a) * b}
+
+
+def peers():
+    """Liger-Kernel's SwiGLU (LigerSiLUMulFunction, imported when called). Liger takes the gate
+    and the value as two row-major tensors (its kernel steps both by the output's row stride),
+    which is how its users hold them (two projections): prepare splits x untimed."""
+    def liger_prepare(inputs, case):
+        a, b = inputs["x"].chunk(2, dim=-1)
+        return {"a": a.contiguous(), "b": b.contiguous()}
+
+    def liger(inputs, case):
+        from liger_kernel.transformers.functional import liger_swiglu
+
+        return {"y": liger_swiglu(inputs["a"], inputs["b"])}
+
+    return {"liger": (liger_prepare, liger)}

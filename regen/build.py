@@ -277,7 +277,7 @@ def bench_node(ctx: Context, node: planning.Node, cases=None) -> Result:
     """Time the benchmark cases of the cached artifact here. The record is returned (for
     --export), not stored: a bench-only run does not replace the full verification record."""
     spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
-    cases = cases if cases is not None else spec.bench_cases()
+    cases = cases if cases is not None else spec.bench_cases(target)
     entry = node.entry
     ev = evaluate(ctx, spec, target, entry.source(), entry.recipe(), True, ctx.settings,
                   cases=cases, node=node)

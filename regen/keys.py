@@ -123,12 +123,15 @@ def compile_components(source_digest: str, toolchain_identity: dict) -> dict:
 def profile_for(spec: Spec, target: Target) -> dict:
     """The profile expectations that apply to one target (selector maps resolved)."""
     p = spec.profile
-    return {"bytes": p.bytes, "flops": p.flops,
-            "floor_fraction": select(p.floor_fraction, target),
-            "speedup": p.speedup_for(target, LANGUAGES[target.language].on_device),
-            "max_registers": select(p.max_registers, target),
-            "max_spills": select(p.max_spills, target),
-            "instructions": select(p.instructions, target) or []}
+    out = {"bytes": p.bytes, "flops": p.flops,
+           "floor_fraction": select(p.floor_fraction, target),
+           "speedup": p.speedup_for(target, LANGUAGES[target.language].on_device),
+           "max_registers": select(p.max_registers, target),
+           "max_spills": select(p.max_spills, target),
+           "instructions": select(p.instructions, target) or []}
+    if p.memory is not None:  # only where given: the keys of specs without it do not change
+        out["memory"] = p.memory
+    return out
 
 
 def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_digest: str,
@@ -151,8 +154,9 @@ def _case_dump(case) -> dict:
     """A case as its key sees it; a case without its own tolerance dumps as it did before
     per-case tolerances existed (no key changes for specs that do not use them)."""
     out = case.model_dump(mode="json")
-    if out.get("tolerance") is None:
-        out.pop("tolerance", None)
+    for optional in ("tolerance", "targets"):   # absent as before these fields existed
+        if out.get(optional) is None:
+            out.pop(optional, None)
     return out
 
 

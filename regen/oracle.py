@@ -14,6 +14,12 @@ Contract (nothing from regen is imported by an oracle):
         starting with the invariant's name.
     def baseline(inputs, case) -> dict[str, torch.Tensor]    (optional)
         What a user would run without regen (timed beside the kernel).
+    def peers() -> dict[str, callable]                         (optional)
+        Other implementations of the same outputs (Liger-Kernel, QuACK, ...), each
+        fn(inputs, case) -> outputs like baseline(), importing its package inside (lazily):
+        `regen bench` times them like the candidate; a missing package or a raise skips one
+        with a note. Everything a peer needs lives inside peers() (nested functions): the
+        oracle's digest leaves peers() out, since a peer never decides a correct output.
     DISTRIBUTIONS = ("normal", "large", ...)                   (optional; default ("normal",))
         The input distributions make_inputs knows: a case's `dist` must be one of them. A
         declaration read statically; it is not part of the oracle's digest.
@@ -53,7 +59,7 @@ def check_oracle(path: Path) -> None:
     """Static check: the required functions exist with the right arity (no import, no torch)."""
     tree = _tree(path)
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    arity = {"make_inputs": 2, "reference": 2, "check": 3}
+    arity = {"make_inputs": 2, "reference": 2, "check": 3, "peers": 0}
     for name in REQUIRED:
         if name not in funcs:
             raise InputError(f"missing function {name}() (the oracle contract needs "
@@ -98,6 +104,18 @@ def _strip_declarations(tree: ast.Module) -> ast.Module:
     return tree
 
 
+PEERS = "peers"
+
+
+def _strip_peers(tree: ast.Module) -> ast.Module:
+    """peers() names implementations to time against; it computes no reference, input or check,
+    so adding or updating a peer verifies nothing again (unless other code calls it)."""
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if PEERS not in used:
+        tree.body = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name == PEERS)]
+    return tree
+
+
 def _strip_docstrings(tree: ast.Module) -> ast.Module:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -126,7 +144,7 @@ def _stable_dump(node) -> str:
 def oracle_digest(path: Path) -> str:
     """Digest of the oracle's code, insensitive to comments, docstrings, formatting and the
     Python version reading it."""
-    dumped = _stable_dump(_strip_declarations(_strip_docstrings(_tree(path))))
+    dumped = _stable_dump(_strip_peers(_strip_declarations(_strip_docstrings(_tree(path)))))
     return hashlib.sha256(("oracle-ast-2\n" + dumped).encode()).hexdigest()
 
 
@@ -135,7 +153,7 @@ def legacy_digests(path: Path) -> dict[str, str]:
     versions; lets records made by them be recognised (and re-keyed) rather than thrown away."""
     out = {}
     for version, extra in (("3.11", ()), ("3.12", ("type_params",))):
-        tree = _strip_declarations(_strip_docstrings(_tree(path)))
+        tree = _strip_peers(_strip_declarations(_strip_docstrings(_tree(path))))
         classes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         saved = {cls: cls._fields for cls in classes}
         try:

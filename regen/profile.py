@@ -60,9 +60,40 @@ def floor_seconds(spec, target, case) -> tuple[float | None, str]:
     return seconds, bound
 
 
-def dynamic_checks(spec, target, timing: dict, baselines: dict[str, float | None]) -> list[dict]:
+def memory_bytes(spec, recipe_text: str, case) -> int:
+    """Device (or host) memory one call of the artifact needs beyond its inputs: its outputs
+    (in-place ones reuse an input) and the workspaces its recipe declares. regen allocates
+    both; a GPU kernel cannot allocate more than the small device heap, so this is its peak.
+    A peer's figure is measured (torch's peak allocation during one call, outputs included)."""
+    from .dtypes import itemsize
+    from .recipe import parse_recipe, workspace_shapes
+
+    env = spec.case_env(case)
+    total = 0
+    for t in spec.signature.outputs:
+        if not t.inplace_of:
+            n = 1
+            for d in spec.tensor_shape(t, case):
+                n *= d
+            total += n * itemsize(spec.tensor_dtype(t, case))
+    for dtype, shape, _zero in workspace_shapes(parse_recipe(recipe_text), env).values():
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * itemsize(dtype)
+    return total
+
+
+def dynamic_checks(spec, target, timing: dict, baselines: dict[str, float | None],
+                   case=None) -> list[dict]:
     exp = profile_for(spec, target)
     out = []
+    if exp.get("memory") is not None and case is not None and timing.get("memory_bytes") is not None:
+        from . import expr
+
+        limit = int(expr.evaluate(exp["memory"], spec.case_env(case)))
+        out.append({"check": "memory", "limit": limit, "value": timing["memory_bytes"],
+                    "ok": timing["memory_bytes"] <= limit})
     frac = timing.get("floor_fraction")
     if exp["floor_fraction"] is not None and frac is not None:
         out.append({"check": "floor_fraction", "limit": exp["floor_fraction"], "value": round(frac, 4),

@@ -142,7 +142,8 @@ def bench(rows: list[dict], as_json: bool, out=None) -> None:
         out.write("\n")
         return
     table = [["kernel", "target", "case", "time µs", "floor µs", "% floor", "vs eager",
-              "vs compile", "expectations"]]
+              "vs compile", "best peer µs", "vs peer", "expectations"]]
+    notes: dict[str, None] = {}
     for r in rows:
         b = r.get("baselines") or {}
         t = r.get("median_s")
@@ -152,15 +153,34 @@ def bench(rows: list[dict], as_json: bool, out=None) -> None:
 
         exp = r.get("checks") or []
         verdict = "—" if not exp else ("met" if all(c.get("ok") for c in exp) else "NOT met: " + ", ".join(
-            f"{c['check']} {c['value']}<{c['limit']}" for c in exp if c.get("ok") is False))
+            f"{c['check']} {c['value']}{'>' if c['check'] == 'memory' else '<'}{c['limit']}"
+            for c in exp if c.get("ok") is False))
         if r.get("ok") is False:
             verdict = f"REJECTED: {r.get('reason')}"
         if r.get("launch_exposed"):
             # the time reads slow: host launch overhead reached the device timer (runtimes/events.py)
             verdict += f"; {r['launch_exposed']} of {r.get('iters', '?')} samples timed launch overhead"
+        best = r.get("best_peer")
+        peer_t = (r.get("peers") or {}).get(best) if best else None
         table.append([r["kernel"], r["target"], r["case"],
                       f"{t * 1e6:.1f}" if t else "—",
                       f"{r['floor_s'] * 1e6:.1f}" if r.get("floor_s") else "—",
                       f"{r['floor_fraction'] * 100:.0f}%" if r.get("floor_fraction") else "—",
-                      ratio("torch_eager"), ratio("torch_compile"), verdict])
+                      ratio("torch_eager"), ratio("torch_compile"),
+                      f"{best} {peer_t * 1e6:.1f}" if peer_t else "—",
+                      f"{peer_t / t:.2f}x" if peer_t and t else "—", verdict])
+        for name, note in sorted((r.get("peer_notes") or {}).items()):
+            notes.setdefault(f"{r['kernel']}: peer {name} {note}", None)
+        mem = r.get("peer_memory_bytes") or {}
+        if mem:
+            own = r.get("memory_bytes")
+            notes.setdefault(f"{r['kernel']} {r['case']}: memory " + ", ".join(
+                [f"regen {_mib(own)}"] * (own is not None)
+                + [f"{n} {_mib(v)}" for n, v in sorted(mem.items())]), None)
     _table(table, out)
+    for line in notes:   # one line per skipped or unmatched peer (not one per case)
+        out.write(f"note: {line}\n")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"

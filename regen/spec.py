@@ -182,6 +182,15 @@ class Case(Strict):
     dist: str = "normal"
     bench: bool = False  # a benchmark case: timed by `regen bench`, checked there once
     tolerance: ToleranceOverride | None = None  # this case's own atol/rtol (numbers or formulas)
+    # the columns this case runs on (target names, families, archs, vendors or languages);
+    # default every column. A GPU-sized benchmark (a vocabulary GEMM) is no case for the host.
+    targets: list[str] | None = None
+
+    def applies_to(self, target) -> bool:
+        if self.targets is None:
+            return True
+        keys = {target.name, target.family_name, target.arch, target.vendor, target.language}
+        return bool(keys & set(self.targets))
 
     @field_validator("dtype")
     @classmethod
@@ -201,7 +210,10 @@ class Case(Strict):
         return f"{dims}:{self.dtype or default_dtype}{extra}{dist}"
 
 
-BASELINES = ("torch_eager", "torch_compile")
+# what a speedup expectation may be measured against: the oracle's baseline() (eager, compiled)
+# and the fastest of its peers() that ran here with outputs matching the reference
+BASELINES = ("torch_eager", "torch_compile", "best_peer")
+SPEEDUP_BASELINES = BASELINES
 
 
 class Profile(Strict):
@@ -213,11 +225,12 @@ class Profile(Strict):
     # baseline -> minimum speed-up on the device columns, and selector -> {baseline: minimum} for
     # any column (the host's too): {torch_compile: 1.0, cpu: {torch_eager: 0.8}}
     speedup: dict[str, float | dict[str, float]] = Field(default_factory=dict)
+    memory: str | None = None  # formula: most bytes of outputs + workspace one call may allocate
     max_registers: dict[str, int] = Field(default_factory=dict)
     max_spills: dict[str, int] = Field(default_factory=dict)
     instructions: dict[str, list[str]] = Field(default_factory=dict)  # selector -> mnemonics
 
-    @field_validator("bytes", "flops")
+    @field_validator("bytes", "flops", "memory")
     @classmethod
     def _formula(cls, v):
         if v is not None:
@@ -234,14 +247,15 @@ class Profile(Strict):
                                      "number), got a mapping")
                 continue
             if not isinstance(value, dict):
-                raise ValueError(f"unknown baseline {k!r}; expected torch_eager or torch_compile, "
+                raise ValueError(f"unknown baseline {k!r}; expected torch_eager, torch_compile or "
+                                 "best_peer, "
                                  f"or a target selector (name, family, arch, vendor, language, *) "
                                  f"mapping baselines to minimum speed-ups, e.g. {k}: "
                                  "{torch_eager: 1.0}")
             for b in value:
                 if b not in BASELINES:
                     raise ValueError(f"speedup.{k}: unknown baseline {b!r}; expected "
-                                     "torch_eager or torch_compile")
+                                     "torch_eager, torch_compile or best_peer")
         return v
 
     def speedup_for(self, target, on_device: bool) -> dict[str, float]:
@@ -294,6 +308,11 @@ class Spec(Strict):
             if d in FLOAT_DTYPES and d not in self.tolerance:
                 raise ValueError(f"tolerance: no entry for dtype {d!r} (signature.dtypes lists it)")
         known = syms | params | {"T"}
+        for field in ("bytes", "flops", "memory"):
+            unknown = expr.names(getattr(self.profile, field) or "0") - known
+            if unknown:
+                raise ValueError(f"profile.{field}: unknown names {sorted(unknown)} (expected "
+                                 f"shape symbols or parameters: {sorted(known)})")
         for d, tol in self.tolerance.items():
             for field in ("atol", "rtol"):
                 unknown = expr.names(getattr(tol, field)) - known
@@ -315,16 +334,24 @@ class Spec(Strict):
                 self.case_tolerance(case)
             except ValueError as exc:
                 raise ValueError(f"cases[{i}]: {exc}") from None
-        if not any(not c.bench for c in self.cases):
-            raise ValueError("cases: at least one correctness case (bench: false) is required")
+        for i, case in enumerate(self.cases):
+            if case.targets is not None and not case.targets:
+                raise ValueError(f"cases[{i}].targets: expected at least one column (or leave "
+                                 "it out: every column)")
+        if not any(not c.bench and c.targets is None for c in self.cases):
+            raise ValueError("cases: at least one correctness case (bench: false) for every column "
+                             "(no targets:) is required")
         return self
 
     # -- derived views -------------------------------------------------------------------
     def correctness_cases(self) -> list[Case]:
         return [c for c in self.cases if not c.bench]
 
-    def bench_cases(self) -> list[Case]:
-        return [c for c in self.cases if c.bench]
+    def bench_cases(self, target=None) -> list[Case]:
+        return [c for c in self.cases if c.bench and (target is None or c.applies_to(target))]
+
+    def cases_for(self, target) -> list[Case]:
+        return [c for c in self.cases if c.applies_to(target)]
 
     def case_env(self, case: Case) -> dict:
         """Symbols, parameters (defaults applied) and the dtype of one case."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import _common
 
-HELP = "time benchmark cases against torch eager and torch.compile"
+HELP = "time benchmark cases against torch eager, torch.compile and the oracle's peers"
 
 
 def add_arguments(parser) -> None:
@@ -66,7 +66,7 @@ def run(args) -> int:
         if n.skip or n.action == planning.UNSUPPORTED:
             continue
         spec = project.spec(n.kernel)
-        bench_cases = spec.bench_cases()
+        bench_cases = spec.bench_cases(project.target(n.target))
         if not bench_cases:
             continue
         r = building.bench_node(ctx, n, bench_cases)

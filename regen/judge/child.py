@@ -94,7 +94,11 @@ def _time(harness, entry: dict, case, seeds: list[int], timing: dict) -> None:
     for mode in timing.get("baselines", []):
         entry.setdefault("baselines", {})[mode] = harness.timed.time_baseline(
             case, seeds, timing["iters"], timing["warmup"], mode)
-    if timing.get("baselines") and harness.in_process:
+    if timing.get("peers"):
+        peers = harness.timed.time_peers(case, seeds, timing["iters"], timing["warmup"])
+        if peers:
+            entry["peers"] = peers
+    if (timing.get("baselines") or timing.get("peers")) and harness.in_process:
         harness.watch.tids_allowed |= thread_ids()  # torch's (compile) threads, not the artifact's
 
 

@@ -39,6 +39,7 @@ class Settings:
     iters: int | None = None
     warmup: int = 3
     baselines: tuple[str, ...] | None = None
+    peers: bool = True             # with bench: time the oracle's peers() beside the baselines
     include_bench_cases: bool = True  # correctness on the benchmark cases too (every column)
     hidden_cases: bool = True         # a hidden variant of every correctness case
     host_check_bytes: int = 64 << 20  # host column: a bench case whose buffers exceed this is
@@ -240,7 +241,7 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
     gpu = LANGUAGES[target.language].on_device
     include_bench = settings.include_bench_cases or settings.bench
     if cases is None:
-        cases = [c for c in spec.cases if not c.bench or include_bench]
+        cases = [c for c in spec.cases_for(target) if not c.bench or include_bench]
     hidden = hidden_variants(spec, cases, settings)
     if not gpu and not settings.bench:
         salt = _salt(settings)
@@ -262,7 +263,8 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
                "limits": dict(target.limits),
                "oracle": str(oracle_path.resolve()), "spec": spec.model_dump(mode="json"),
                "cases": items,
-               "timing": {"iters": iters, "warmup": settings.warmup, "baselines": list(baselines)}}
+               "timing": {"iters": iters, "warmup": settings.warmup, "baselines": list(baselines),
+                          "peers": settings.peers}}
         data = run_child(job, settings.timeout_s)
     seeds_out = seeds_label if seeds_label is not None else used
     if "error" in data:
@@ -274,7 +276,7 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
         return Outcome(False, rej.tagged(), fingerprint=None, seeds=seeds_out, error_kind=rej.guard)
     outcome = _verdict(data, len(items), seeds_label, seeds_out)
     if settings.bench:
-        _judge_bench(spec, target, cases, data["cases"], outcome)
+        _judge_bench(spec, target, cases, data["cases"], outcome, recipe)
     return outcome
 
 
@@ -300,15 +302,38 @@ def _verdict(data: dict, n_items: int, seeds_label, seeds_out) -> Outcome:
     return outcome
 
 
-def _judge_bench(spec, target, cases, results, outcome: Outcome) -> None:
+def _judge_bench(spec, target, cases, results, outcome: Outcome, recipe: str | None = None) -> None:
     by_label = {c.label(spec.signature.dtypes[0]): c for c in cases}
     for r in results:
         if "timing" in r:
-            _judge_bench_case(spec, target, by_label[r["case"]], r, outcome)
+            _judge_bench_case(spec, target, by_label[r["case"]], r, outcome, recipe)
 
 
-def _judge_bench_case(spec, target, case, r: dict, outcome: Outcome) -> None:
-    from ..profile import dynamic_checks
+def judge_peers(peers: dict) -> tuple[dict, dict, dict, str | None]:
+    """(median seconds per timed peer, one-line note per peer that was skipped or is off the
+    reference, peak bytes per peer where measured, the best peer): a peer whose outputs are off
+    the reference is shown but never the best."""
+    times, notes, memory = {}, {}, {}
+    for name, p in sorted(peers.items()):
+        if p.get("skipped"):
+            notes[name] = f"skipped: {p['skipped']}"
+            continue
+        if p.get("error"):
+            notes[name] = f"skipped: raised {p['error']}"
+            continue
+        times[name] = median(p.get("device_s", []))
+        if p.get("memory_bytes") is not None:
+            memory[name] = p["memory_bytes"]
+        if p.get("mismatch"):
+            notes[name] = f"not counted: outputs off the reference ({p['mismatch']})"
+    counted = {n: t for n, t in times.items() if t and not peers[n].get("mismatch")}
+    best = min(counted, key=counted.get) if counted else None
+    return times, notes, memory, best
+
+
+def _judge_bench_case(spec, target, case, r: dict, outcome: Outcome, recipe: str | None = None
+                      ) -> None:
+    from ..profile import dynamic_checks, memory_bytes
 
     t = judge_timing(spec, target, case, r["timing"])
     if r["timing"].get("ok") is False:
@@ -320,9 +345,17 @@ def _judge_bench_case(spec, target, case, r: dict, outcome: Outcome) -> None:
         base[name] = median(b.get("device_s", [])) if "error" not in b else None
         if "error" in b:
             t.setdefault("baseline_errors", {})[name] = b["error"]
-    checks = dynamic_checks(spec, target, t, base) if t.get("ok") else []
+    peers, notes, peer_memory, best = judge_peers(r.get("peers") or {})
+    if recipe is not None:
+        t["memory_bytes"] = memory_bytes(spec, recipe, case)
+    checks = dynamic_checks(spec, target, t, {**base, "best_peer": peers.get(best)},
+                            case) if t.get("ok") else []
     row = {"case": r["case"], **{k: v for k, v in t.items()}, "baselines": base,
            "checks": checks, "bytes": spec.case_bytes(case), "flops": spec.case_flops(case)}
+    if r.get("peers"):
+        row.update({"peers": peers, "best_peer": best, "peer_notes": notes})
+        if peer_memory:
+            row["peer_memory_bytes"] = peer_memory
     outcome.bench.append(row)
     outcome.expectations.extend({**c, "case": r["case"]} for c in checks)
     if not t.get("ok"):
@@ -332,7 +365,8 @@ def _judge_bench_case(spec, target, case, r: dict, outcome: Outcome) -> None:
         # the spec's performance expectations are part of passing: a correct but slow
         # implementation fails, with the figures the search loop needs to improve it
         outcome.fail(f"case {r['case']}: profile expectations not met: " + "; ".join(
-            f"{c['check']} {c['value']} < {c['limit']}" for c in missed) + (
+            f"{c['check']} {c['value']} {'>' if c['check'] == 'memory' else '<'} {c['limit']}"
+            for c in missed) + (
             f" ({t['median_s'] * 1e6:.1f} µs, floor {t['floor_s'] * 1e6:.1f} µs)"
             if t.get("floor_s") else ""), "profile")
 

@@ -170,10 +170,15 @@ class TimedLoop:
             except Exception as exc:  # noqa: BLE001
                 return {"error": f"torch.compile failed: {exc}"}
         sets = [h.buffers.make_inputs(case, view, s) for s in seeds]
+        return self._time_fn(fn, view, sets, iters, warmup)
+
+    def _time_fn(self, fn, view, sets: list[dict], iters: int, warmup: int) -> dict:
+        """Device time of a Python callable (a baseline, a peer) with the candidate's method:
+        flushed caches, the start event behind the stall, one sample per call."""
         try:
             for i in range(warmup):
                 fn(sets[i % len(sets)], view)
-            h.runtime.synchronize()
+            self.h.runtime.synchronize()
             samples, exposed = [], 0
             for i in range(iters):
                 device, _wall, hidden = self.timed_sample(
@@ -183,6 +188,77 @@ class TimedLoop:
         except Exception as exc:  # noqa: BLE001
             return {"error": f"{type(exc).__name__}: {exc}"[:500]}
         return {"device_s": samples, **self.stall_report(exposed)}
+
+    def time_peers(self, case, seeds: list[int], iters: int, warmup: int) -> dict:
+        """The oracle's peers (`peers()`: {name: fn(inputs, case) -> outputs}), each timed like
+        the candidate. A peer whose package is missing, that raises (an unsupported dtype), or
+        that returns something else than the spec's outputs is not timed: its entry says why in
+        one line. A peer's outputs are checked once against the reference; one off by more than
+        the spec's tolerance is timed but marked, and never counts as the best peer."""
+        make = getattr(self.h.oracle, "peers", None)
+        if make is None:
+            return {}
+        try:
+            peers = make()
+        except Exception as exc:  # noqa: BLE001
+            return {"peers()": {"skipped": _one_line(f"peers() raised {type(exc).__name__}: {exc}")}}
+        def ok(v):
+            return callable(v) or (isinstance(v, tuple) and len(v) == 2 and all(map(callable, v)))
+
+        if not isinstance(peers, dict) or not all(isinstance(k, str) and ok(v)
+                                                  for k, v in peers.items()):
+            return {"peers()": {"skipped": "peers() must return a dict {name: fn(inputs, case)} "
+                                "or {name: (prepare, fn)}"}}
+        return {name: self._time_peer(case, seeds, iters, warmup, fn)
+                for name, fn in sorted(peers.items())}
+
+    def _time_peer(self, case, seeds, iters, warmup, fn) -> dict:
+        """One peer: checked once on a copy of fresh inputs (with its peak memory on a GPU),
+        then timed. A (prepare, fn) peer gets its arguments from prepare(inputs, case), untimed:
+        a layout the peer's users hold anyway (Liger's full-width rope tables)."""
+        h, torch = self.h, self.h.torch
+        prepare, fn = fn if isinstance(fn, tuple) else (None, fn)
+        view = h.buffers.case_view(case)
+        sets = [h.buffers.make_inputs(case, view, s) for s in seeds]
+        want = h.oracle.reference({k: v.clone() for k, v in sets[0].items()}, view)
+        mine = {k: v.clone() for k, v in sets[0].items()}   # a peer may work in place
+        cuda = mine and next(iter(mine.values())).device.type == "cuda"
+        try:
+            if prepare is not None:
+                sets = [prepare(s, view) for s in sets]
+                mine = prepare(mine, view)
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            got = fn(mine, view)
+            h.runtime.synchronize()
+            memory = torch.cuda.max_memory_allocated() - before if cuda else None
+        except ImportError as exc:
+            return {"skipped": _one_line(f"not installed ({exc})")}
+        except Exception as exc:  # noqa: BLE001 - an unsupported dtype, shape or device
+            return {"skipped": _one_line(f"raised {type(exc).__name__}: {exc}")}
+        names = [t.name for t in h.spec.signature.outputs]
+        missing = [n for n in names if not isinstance((got or {}).get(n), torch.Tensor)]
+        if missing:
+            return {"skipped": f"returned no tensor for output {missing[0]!r}"}
+        shapes = {n: list(got[n].shape) for n in names if list(got[n].shape) != list(want[n].shape)}
+        if shapes:
+            name = next(iter(shapes))
+            return {"skipped": f"returned {name} with shape {shapes[name]}; the spec says "
+                    f"{list(want[name].shape)}"}
+        res = compare(h.spec, case, {n: got[n] for n in names}, want)
+        out = self._time_fn(fn, view, sets, iters, warmup)
+        if memory is not None:
+            out["memory_bytes"] = int(memory)
+        if not res.ok:
+            out["mismatch"] = _one_line(res.reason or "")
+        return out
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    first = (text.strip().splitlines() or [""])[0]
+    return first if len(first) <= limit else first[:limit - 1] + "…"
 
 
 # -- parent side -----------------------------------------------------------------------------------
