@@ -141,8 +141,9 @@ def bench(rows: list[dict], as_json: bool, out=None) -> None:
         json.dump(rows, out, indent=1)
         out.write("\n")
         return
+    plans = any(r.get("plan") for r in rows)   # composed specs: fused and unfused plans
     table = [["kernel", "target", "case", "time µs", "floor µs", "% floor", "vs eager",
-              "vs compile", "expectations"]]
+              "vs compile", *(["vs unfused"] if plans else []), "expectations"]]
     for r in rows:
         b = r.get("baselines") or {}
         t = r.get("median_s")
@@ -158,9 +159,11 @@ def bench(rows: list[dict], as_json: bool, out=None) -> None:
         if r.get("launch_exposed"):
             # the time reads slow: host launch overhead reached the device timer (runtimes/events.py)
             verdict += f"; {r['launch_exposed']} of {r.get('iters', '?')} samples timed launch overhead"
-        table.append([r["kernel"], r["target"], r["case"],
+        unf = [f"{r['vs_unfused']:.2f}x" if r.get("vs_unfused") else "—"] if plans else []
+        kernel = f"{r['kernel']} ({r['plan']})" if r.get("plan") else r["kernel"]
+        table.append([kernel, r["target"], r["case"],
                       f"{t * 1e6:.1f}" if t else "—",
                       f"{r['floor_s'] * 1e6:.1f}" if r.get("floor_s") else "—",
                       f"{r['floor_fraction'] * 100:.0f}%" if r.get("floor_fraction") else "—",
-                      ratio("torch_eager"), ratio("torch_compile"), verdict])
+                      ratio("torch_eager"), ratio("torch_compile"), *unf, verdict])
     _table(table, out)
