@@ -185,13 +185,15 @@ def substitute(text: str | int | float, mapping: dict[str, str]) -> str | int | 
     a component's recipe expressions rewritten over a composed spec's symbols (regen/compose.py)."""
     if isinstance(text, (int, float)) or not (names(text) & set(mapping)):
         return text
-    tree = parse(str(text))
+    import copy
+
+    tree = copy.deepcopy(parse(str(text)))   # parse() is memoised: never edit its tree
     funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
     class Swap(ast.NodeTransformer):
         def visit_Name(self, node):
             if id(node) in funcs or node.id not in mapping:
                 return node
-            return parse(str(mapping[node.id])).body
+            return copy.deepcopy(parse(str(mapping[node.id])).body)
 
     return ast.unparse(Swap().visit(tree)).strip()

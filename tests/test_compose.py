@@ -256,3 +256,9 @@ def test_substitute_rewrites_names_not_functions():
         "ceil_div(H * 2, 4) * dsize(bfloat16)"
     assert expr.substitute("M", {"N": "1"}) == "M"
     assert expr.substitute(7, {"N": "1"}) == 7
+
+
+def test_substitute_leaves_the_memoised_parse_alone():
+    assert expr.substitute("M * 2", {"M": "B"}) == "B * 2"
+    assert expr.names("M * 2") == {"M"}
+    assert expr.evaluate("M * 2", {"M": 3}) == 6
