@@ -262,3 +262,13 @@ def test_substitute_leaves_the_memoised_parse_alone():
     assert expr.substitute("M * 2", {"M": "B"}) == "B * 2"
     assert expr.names("M * 2") == {"M"}
     assert expr.evaluate("M * 2", {"M": 3}) == 6
+
+
+def test_explain_names_the_component_that_will_be_rebuilt(built, tmp_path):
+    root = _copy(built, tmp_path)
+    regen(root, "build", "scale_twice", "-t", "cpu", check=True)
+    spec = root / "specs" / "scale.yaml"
+    spec.write_text(spec.read_text().replace("computed in float32.", "computed in float32 here."))
+    explain = regen(root, "explain", "scale_twice", "-t", "cpu").stdout
+    assert explain.splitlines()[:2] == ["scale_twice@cpu: compose",
+                                        "  component scale will be regenerated"]
