@@ -147,7 +147,8 @@ def evaluate(ctx: Context, spec, target, source: str, recipe_text: str, verify_h
         ctx.stage(node, "verify")
     with ctx.gpu_lock if on_device(target) else _nolock():
         outcome = run_verify(spec, target, ctx.project.oracle_path(spec.name), recipe_text,
-                             compiled.result.binary, settings or ctx.settings, cases=cases)
+                             compiled.result.binary, settings or ctx.settings, cases=cases,
+                             composition=ctx.project.oracle_job(spec))
     if not outcome.ok:
         return Evaluation("verify", False, outcome.reason, compiled, checks, outcome)
     return Evaluation("verify", True, "passed", compiled, checks, outcome)
@@ -181,7 +182,8 @@ def record_for(ctx: Context, spec, target, entry: Entry, ev: Evaluation) -> dict
     if ev.outcome is None:
         return None
     vcomp = keys.verify_components(spec, target, ctx.project.oracle_digest(spec.name),
-                                   ev.compiled.binary_digest, entry.recipe_digest)
+                                   ev.compiled.binary_digest, entry.recipe_digest,
+                                   ctx.project.composed_verify(spec))
     return make_record(spec, target, entry, ev.compiled, ev.outcome, vcomp, ev.checks)
 
 
@@ -204,6 +206,8 @@ def build_node(ctx: Context, node: planning.Node) -> Result:
         return Result(node, "skipped", f"not run here: {node.skip}")
     if node.action == planning.ADOPT:
         return _adopt(ctx, node)
+    if node.action == planning.COMPOSE:
+        return _compose(ctx, node)
     if node.needs_generator:
         return _generate(ctx, node)
     if ctx.dry_run:
@@ -286,6 +290,21 @@ def bench_node(ctx: Context, node: planning.Node, cases=None) -> Result:
     return ev.result(node, "ok" if ev.ok else "failed", summary, record)
 
 
+def bench_unfused(ctx: Context, node: planning.Node, cases) -> Result:
+    """Time a composed spec's unfused plan (composed now from its components' current entries)
+    beside its fused artifact: the baseline a fused kernel must beat."""
+    from .compose import ComposeError, unfused
+
+    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
+    try:
+        source, recipe, _prov = unfused(ctx.project, ctx.store, spec, target)
+    except ComposeError as exc:
+        return Result(node, "failed", f"unfused plan: {exc}")
+    ev = evaluate(ctx, spec, target, source, recipe, True, ctx.settings, cases=cases, node=node)
+    summary = verified_summary(ev.outcome) if ev.ok else f"{ev.stage} failed: {ev.feedback}"
+    return ev.result(node, "ok" if ev.ok else "failed", f"unfused plan: {summary}")
+
+
 def _report_existing(node, ev: Evaluation, note: str | None = None) -> Result:
     rec = node.record
     if rec and rec.get("ok") and node.action in (planning.UP_TO_DATE, planning.RECOMPILE):
@@ -313,7 +332,7 @@ def _adopt(ctx: Context, node: planning.Node) -> Result:
     ctx.store.point(node.kernel, node.target, leader.id)
     spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
     fresh = planning.plan_node(ctx.project, ctx.store, spec, target)
-    if fresh.action in (planning.ADOPT, *(planning.GENERATE, planning.REGENERATE)):
+    if fresh.new_entry:
         return Result(fresh, "failed", f"adopt: entry {leader.id} still plans as {fresh.action}")
     res = build_node(ctx, fresh)
     res.summary = f"adopted {node.leader}'s entry {leader.id}: {res.summary}"
@@ -327,6 +346,12 @@ def _generate(ctx: Context, node: planning.Node, feedback: str | None = None,
     if ctx.dry_run:
         return Result(node, "skipped", node.line())
     if ctx.generator is None:
+        if ctx.project.spec(node.kernel).composition is not None:
+            res = _compose(ctx, node)   # the fallback where no fused kernel can be made
+            why = ctx.generator_problem or "no generator is configured"
+            res.summary = (f"needs {node.action}, but {why}: fell back to the unfused plan: "
+                           f"{res.summary}")
+            return res
         return Result(node, "failed", f"needs {node.action} ({'; '.join(node.reasons)}), but "
                       f"{ctx.generator_problem or 'no generator is configured'}")
     from . import search as search_mod
@@ -385,6 +410,33 @@ def _keep_failed(ctx: Context, node: planning.Node, result) -> None:
         "generator": getattr(generator, "name", None), "model": getattr(generator, "model", None),
         "stop_reason": result.stop_reason, "error": result.error,
         "search": result.tree_json(), "spend": result.spend_json()})
+
+
+def _compose(ctx: Context, node: planning.Node) -> Result:
+    """The unfused plan of a composed spec: its components' current entries launched in order
+    (regen/compose.py), compiled, verified where the hardware is, and stored like any artifact,
+    with provenance `composed` naming each component entry. No generator is called."""
+    from .compose import ComposeError, unfused
+
+    if ctx.dry_run:
+        return Result(node, "skipped", node.line())
+    spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
+    problem = toolchain_problem(target)
+    if problem:
+        return Result(node, "failed", f"cannot compile here: {problem}")
+    ctx.stage(node, "compose")
+    try:
+        source, recipe, provenance = unfused(ctx.project, ctx.store, spec, target)
+    except ComposeError as exc:
+        return Result(node, "failed", f"compose: {exc}")
+    ev = evaluate(ctx, spec, target, source, recipe, node.here is not None,
+                  settings_for(ctx, target), node=node)
+    if not ev.ok:
+        return ev.result(node, "failed", f"the unfused plan failed at {ev.stage}: {ev.feedback}")
+    res = _store(ctx, node, spec, target, source, recipe, provenance, ev)
+    n = len(provenance["steps"])
+    res.summary = f"composed (unfused plan, {n} steps): {res.summary}"
+    return res
 
 
 def _store(ctx: Context, node, spec, target, source: str, recipe: str, provenance: dict,

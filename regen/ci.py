@@ -68,7 +68,7 @@ def _failed_cases(result) -> list[dict]:
 def skip_reason(node) -> str:
     if node.entry is None:
         return "no artifact in cache: " + ("; ".join(node.reasons) or "needs generate")
-    if node.needs_generator or node.action == "adopt":
+    if node.new_entry:
         return f"needs {node.action}: " + "; ".join(node.reasons)
     if node.here is None:
         return "hardware not on this machine: " + ("; ".join(node.reasons) or node.action)
@@ -260,14 +260,14 @@ def assess(project, store, node) -> tuple[str, str | None]:
 
     if node.action == planning.UNSUPPORTED:
         return "unsupported", None
-    if node.needs_generator or node.action == planning.ADOPT:
+    if node.new_entry:
         return "stale", f"needs {node.action}: {'; '.join(node.reasons)}"
     records = store.records(node.kernel, node.target, node.entry.id)
     if not records:
         return "unverified", None
     spec, target = project.spec(node.kernel), project.target(node.target)
     want = keys.verify_components(spec, target, project.oracle_digest(spec.name), "",
-                                  node.entry.recipe_digest)
+                                  node.entry.recipe_digest, project.composed_verify(spec))
     fresh, stale = [], []
     for rec in records:
         # the portable part only: a different machine, runtime or compiler is not a stale entry

@@ -178,3 +178,22 @@ def _eval(node, env, text):
         args = [_eval(a, env, text) for a in node.args]
         return _checked(FUNCTIONS[node.func.id](*args), text)
     raise ExprError(f"construct not allowed in {text!r}: {type(node).__name__}")
+
+
+def substitute(text: str | int | float, mapping: dict[str, str]) -> str | int | float:
+    """The expression with each free name in `mapping` replaced by (its expression), all at once:
+    a component's recipe expressions rewritten over a composed spec's symbols (regen/compose.py)."""
+    if isinstance(text, (int, float)) or not (names(text) & set(mapping)):
+        return text
+    import copy
+
+    tree = copy.deepcopy(parse(str(text)))   # parse() is memoised: never edit its tree
+    funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+    class Swap(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if id(node) in funcs or node.id not in mapping:
+                return node
+            return copy.deepcopy(parse(str(mapping[node.id])).body)
+
+    return ast.unparse(Swap().visit(tree)).strip()

@@ -43,7 +43,7 @@ def field_effect(kind: str, name: str) -> str:
     from .target import ARCH_VIEW_FIELDS, FAMILY_VIEW_FIELDS
 
     if kind == "spec":
-        if name in GENERATE_SPEC_FIELDS or name == "components":  # components: their entry ids
+        if name in GENERATE_SPEC_FIELDS or name in ("components", "composition"):  # entry ids
             return "generate"
         return "verify" if name in VERIFY_SPEC_FIELDS else "plan"
     if name in (*ARCH_VIEW_FIELDS, *FAMILY_VIEW_FIELDS, "description", "family"):
@@ -107,8 +107,11 @@ def generate_components(spec: Spec, view: dict, component_entries: dict[str, str
              "signature": sig, "salt": spec.salt,
              "invariants": [{"name": i.name, "description": normalise_prose(i.description)}
                             for i in spec.invariants]}
+    composition = {"spec.composition": spec.composition.model_dump(mode="json")} \
+        if spec.composition is not None else {}   # absent otherwise: no other key changes
     return {
         **{f"spec.{name}": shown[name] for name in GENERATE_SPEC_FIELDS},
+        **composition,
         "target": view,
         "components": dict(sorted(component_entries.items())),
         "prompt.template": template_version,
@@ -135,8 +138,10 @@ def profile_for(spec: Spec, target: Target) -> dict:
 
 
 def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_digest: str,
-                      recipe_digest: str) -> dict:
-    """The portable part; add_machine() adds what only the verifying machine knows."""
+                      recipe_digest: str, composed: dict | None = None) -> dict:
+    """The portable part; add_machine() adds what only the verifying machine knows. `composed`:
+    a composed spec's component oracles and tolerances (composed_verify), which its reference is
+    made of."""
     checked = {"tolerance": {k: v.model_dump() for k, v in sorted(spec.tolerance.items())},
                "cases": [_case_dump(c) for c in spec.cases],
                "profile": profile_for(spec, target)}
@@ -147,7 +152,23 @@ def verify_components(spec: Spec, target: Target, oracle_digest: str, binary_dig
         **{name: checked[name] for name in VERIFY_SPEC_FIELDS},
         "peaks": {k: v.model_dump() for k, v in sorted(target.peaks.items())},
         "judge": judge_version(target),
+        **(composed or {}),
     }
+
+
+def composed_verify(spec: Spec, oracle_digest_of, spec_of) -> dict:
+    """A composed spec's verify components from its components: each one's oracle digest and
+    tolerances (`component.rmsnorm.oracle`, ...). A change there re-verifies the composed kernel;
+    a change of a component's intent or interface reaches it through the component's entry id, a
+    generate component. Empty for a spec that is not composed (its key is unchanged)."""
+    if spec.composition is None:
+        return {}
+    out = {}
+    for name in spec.composition.kernels():
+        out[f"component.{name}.oracle"] = oracle_digest_of(name)
+        out[f"component.{name}.tolerance"] = {k: v.model_dump()
+                                              for k, v in sorted(spec_of(name).tolerance.items())}
+    return out
 
 
 def _case_dump(case) -> dict:

@@ -24,6 +24,11 @@ Contract (nothing from regen is imported by an oracle):
         The input distributions make_inputs knows: a case's `dist` must be one of them. A
         declaration read statically; it is not part of the oracle's digest.
 
+A composed spec (specs/K.yaml with `composition:`) needs no reference(): the judge composes it
+from the components' references, run in order in float64 (`compose` below), so fixing a component
+oracle fixes the composed kernel's. A reference() it does have is checked against the composed
+one (`regen tolerance K`), never used in its place.
+
 Every input make_inputs returns must be drawn from the seed (the judge fails an oracle whose
 normal-distribution input is the same bits for two seeds: a kernel could recompute it).
 
@@ -55,12 +60,13 @@ def _tree(path: Path) -> ast.Module:
         raise InputError(f"Python syntax error: {exc.msg}", file=str(path), line=exc.lineno) from None
 
 
-def check_oracle(path: Path) -> None:
-    """Static check: the required functions exist with the right arity (no import, no torch)."""
+def check_oracle(path: Path, composed: bool = False) -> None:
+    """Static check: the required functions exist with the right arity (no import, no torch).
+    A composed spec's oracle may leave reference() out (the composition is its reference)."""
     tree = _tree(path)
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     arity = {"make_inputs": 2, "reference": 2, "check": 3, "peers": 0}
-    for name in REQUIRED:
+    for name in (("make_inputs",) if composed else REQUIRED):
         if name not in funcs:
             raise InputError(f"missing function {name}() (the oracle contract needs "
                              f"{', '.join(REQUIRED)})", file=str(path), field=name)
@@ -179,3 +185,107 @@ def load_oracle(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# -- composed references --------------------------------------------------------------------------
+def compose(job: dict, inputs: dict, case, load=None) -> dict:
+    """The reference of a composed spec: its components' reference() run in the composition's
+    order, every tensor between them kept in float64 (no rounding to a storage dtype), each
+    component called with a case of its own (its symbols, parameters and dtype bound from
+    `case`). `job` is regen.compose.oracle_job(project, spec); `case` the view an oracle gets.
+    Imports torch: call it where oracles run."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from . import expr
+    from .compose import step_env
+    from .spec import Spec
+
+    load = load or _loaded
+    env = {**case.sizes, **case.params, "T": str(case.dtype).removeprefix("torch.")}
+    values = {k: v for k, v in inputs.items()}
+    for step in job["steps"]:
+        cspec = Spec.model_validate(step["spec"])
+        senv = step_env(_StepView(step), cspec, env)
+        view = SimpleNamespace(
+            sizes={k: senv[k] for k in step["sizes"]}, dtype=getattr(torch, senv["T"]),
+            params={p.name: senv[p.name] for p in cspec.signature.params}, dist=case.dist,
+            device=case.device, name=f"{getattr(case, 'name', '')} / {step['name']}")
+        args = {}
+        for t in cspec.signature.inputs:
+            x = values[step["inputs"][t.name]]
+            shape = [int(expr.evaluate(d, senv)) for d in t.shape]
+            x = x.reshape(shape)
+            args[t.name] = x.to(torch.float64) if x.dtype.is_floating_point else x
+        outs = load(step["oracle"]).reference(args, view)
+        for t in cspec.signature.outputs:
+            if t.name not in outs:
+                raise KeyError(f"{step['kernel']}'s reference() did not return {t.name!r}")
+            v = outs[t.name]
+            values[f"{step['name']}.{t.name}"] = v.to(torch.float64) if v.dtype.is_floating_point \
+                else v
+    return {name: values[src] for name, src in job["outputs"].items()}
+
+
+class _StepView:
+    """A step of an oracle job with the attributes regen.compose.step_env reads."""
+
+    def __init__(self, step: dict):
+        self.params, self.sizes, self.dtype = step["params"], step["sizes"], step["dtype"]
+
+
+_ORACLES: dict[str, object] = {}
+
+
+def _loaded(path: str):
+    if path not in _ORACLES:
+        _ORACLES[path] = load_oracle(Path(path))
+    return _ORACLES[path]
+
+
+class ComposedOracle:
+    """A composed spec's oracle as the judge calls it: make_inputs, check and baseline from its
+    own file, reference() composed from the components' (`compose`). `written` is the file's own
+    reference(), if any (checked against the composed one by `agreement`)."""
+
+    def __init__(self, module, job: dict):
+        self._module, self._job = module, job
+        self.written = getattr(module, "reference", None)
+        self.__file__ = getattr(module, "__file__", None)
+
+    def reference(self, inputs, case):
+        return compose(self._job, inputs, case)
+
+    def __getattr__(self, name):
+        if name == "reference":
+            raise AttributeError(name)
+        return getattr(self._module, name)
+
+
+def agreement(oracle: "ComposedOracle", inputs, case, bound) -> str | None:
+    """Where a composed spec's hand-written reference() and its composed one disagree by more
+    than `bound(output name, composed value)` allows (per element; None when they agree)."""
+    import torch
+
+    if oracle.written is None:
+        return None
+    composed = oracle.reference({k: v.clone() for k, v in inputs.items()}, case)
+    written = oracle.written({k: v.clone() for k, v in inputs.items()}, case)
+    for name, want in composed.items():
+        if name not in written:
+            return f"the hand-written reference() returns no {name!r}"
+        got = written[name].to(torch.float64).reshape(want.shape) if written[name].dtype.is_floating_point \
+            else written[name].reshape(want.shape)
+        w = want.to(torch.float64)
+        g = got.to(torch.float64)
+        err = (g - w).abs()
+        allowed = bound(name, w)
+        bad = ~(err <= allowed) & ~(torch.isnan(g) & torch.isnan(w))
+        if bool(bad.any()):
+            i = int((err - allowed).nan_to_num(float("inf")).argmax())
+            return (f"{name}: the hand-written reference() and the one composed from the "
+                    f"components differ at {int(bad.sum())} of {w.numel()} elements; worst at flat "
+                    f"index {i}: written {g.reshape(-1)[i].item():.9g}, composed "
+                    f"{w.reshape(-1)[i].item():.9g}, allowed {allowed.reshape(-1)[i].item():.3g}")
+    return None

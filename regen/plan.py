@@ -29,6 +29,7 @@ REVERIFY = "re-verify"
 BENCH = "bench"
 GENERATE = "generate"
 REGENERATE = "regenerate"
+COMPOSE = "compose"            # a composed spec's unfused plan, made from its components' entries
 FAILED = "failed"
 
 INTENTS = ("build", "verify", "bench")
@@ -60,6 +61,11 @@ class Node:
     @property
     def needs_generator(self) -> bool:
         return self.action in (GENERATE, REGENERATE)
+
+    @property
+    def new_entry(self) -> bool:
+        """Building it makes a new entry (generated, composed or adopted)."""
+        return self.needs_generator or self.action in (COMPOSE, ADOPT)
 
 
 def verified_where(record: dict) -> str:
@@ -108,11 +114,12 @@ def _same_binary(entry: Entry, ident: dict, rec: dict) -> bool:
                 and keys.digest(hit.binary) == rec.get("compile", {}).get("binary"))
 
 
-def _record_state(node: Node, store: Store, spec, target, oracle: str) -> None:
+def _record_state(node: Node, store: Store, spec, target, oracle: str, project) -> None:
     """Decide an entry's state from its records: up to date, failed, verify, re-verify,
     recompile or unverified."""
     entry = node.entry
-    want = {"verify": keys.verify_components(spec, target, oracle, "", entry.recipe_digest),
+    want = {"verify": keys.verify_components(spec, target, oracle, "", entry.recipe_digest,
+                                             project.composed_verify(spec)),
             "toolchain": _toolchain_here(target)}
     records = store.records(spec.name, target.name, entry.id)
     here_id = hardware.identity(node.here) if node.here else None
@@ -185,6 +192,7 @@ def _adoptable(project, store: Store, spec, target, generate_key: str) -> tuple[
 def plan_node(project, store: Store, spec, target, regenerate: bool = False) -> Node:
     node = Node(spec.name, target.name, UP_TO_DATE, family=target.family_name)
     oracle = project.oracle_digest(spec.name)  # validates the oracle even when nothing is cached
+    project.composition(spec.name)             # a composed spec's dataflow, checked
     why_not = project.applies(spec, target)
     if why_not:
         node.action, node.reasons = UNSUPPORTED, [why_not]
@@ -210,11 +218,11 @@ def plan_node(project, store: Store, spec, target, regenerate: bool = False) -> 
             return node
     if entry is None:
         node.action, node.reasons = GENERATE, ["no artifact in cache"]
-        return node
+        return _composed(node, spec, entry)
     if entry.generate_key != node.generate_key:
         node.action, node.reasons = classify({"generate": entry.generate}, {"generate": gen})
-        return node
-    _record_state(node, store, spec, target, oracle)
+        return _composed(node, spec, entry)
+    _record_state(node, store, spec, target, oracle, project)
     pending = [e.id for e in store.pending(spec.name, target.name)]
     if pending:
         where = node.here.get("device") if node.here else \
@@ -224,6 +232,23 @@ def plan_node(project, store: Store, spec, target, regenerate: bool = False) -> 
                             f"verification on {where}")
         if node.here and node.action in (UP_TO_DATE, FAILED):
             node.action = VERIFY
+    return node
+
+
+def is_composed(entry: Entry | None) -> bool:
+    """The entry is an unfused plan regen composed (not a generated or hand-written kernel)."""
+    from .compose import COMPOSER
+
+    return entry is not None and entry.provenance().get("generator") == COMPOSER
+
+
+def _composed(node: Node, spec, entry: Entry | None) -> Node:
+    """A composed spec without an artifact, or whose artifact is its unfused plan, is composed
+    again from its components' entries instead of generated: no generator call."""
+    if spec.composition is not None and node.needs_generator and (entry is None or is_composed(entry)):
+        node.action = COMPOSE
+        if entry is None:
+            node.reasons = ["no artifact in cache: the unfused plan of its components"]
     return node
 
 
@@ -237,22 +262,26 @@ def plan(project, store: Store, kernels=None, targets=None, intent: str = "build
     keep their build action and say why in `skip`."""
     if intent not in INTENTS:
         raise ValueError(f"unknown intent {intent!r}; expected one of {INTENTS}")
-    nodes, regenerating = [], set()
+    nodes, regenerating, verbs = [], set(), {}
     generating: dict[tuple[str, str, str], str] = {}   # (kernel, family, key) -> leader target
     for spec, target in project.pairs(kernels, targets):
         node = plan_node(project, store, spec, target, regenerate=regenerate and intent == "build")
-        if node.action not in (GENERATE, REGENERATE, UNSUPPORTED, ADOPT):
+        if node.action not in (GENERATE, REGENERATE, UNSUPPORTED, ADOPT, COMPOSE):
             dirty = [c for c in spec.components if (c, target.name) in regenerating]
             if dirty:
                 node.action = REGENERATE
-                node.reasons = [f"component {c} will be regenerated" for c in dirty]
-        if node.needs_generator and intent == "build":
+                node.reasons = [f"component {c} will be {verbs[(c, target.name)]}"
+                                for c in dirty]
+                _composed(node, spec, node.entry)
+        if (node.needs_generator or node.action == COMPOSE) and intent == "build":
             lead = generating.setdefault((node.kernel, node.family, node.generate_key), node.target)
             if lead != node.target:
                 node.action, node.leader = ADOPT, lead
                 node.reasons = [f"family {node.family}: takes the generation {lead} makes"]
-        if node.needs_generator or node.action == ADOPT:   # its entry id will change
+        if node.new_entry:   # its entry id will change
             regenerating.add((spec.name, target.name))
+            verbs[(spec.name, target.name)] = "composed again" if node.action == COMPOSE \
+                else "regenerated"
         if intent != "build":
             _for_intent(node, intent)
         nodes.append(node)
@@ -262,7 +291,7 @@ def plan(project, store: Store, kernels=None, targets=None, intent: str = "build
 def _for_intent(node: Node, intent: str) -> None:
     if node.action == UNSUPPORTED:
         node.skip = "unsupported"
-    elif node.entry is None or node.needs_generator or node.action == ADOPT:
+    elif node.entry is None or node.new_entry:
         node.skip = "no artifact" if node.entry is None else f"needs {node.action}"
     elif node.here is None:
         node.skip = "hardware not here"

@@ -13,6 +13,7 @@ launches each kernel itself.
         args: [x, weight, y, M, N, "float32:eps"]
     workspace:                           # scratch buffers regen allocates (poisoned, unless zero)
       - {name: partial, dtype: float32, shape: ["M", "ceil_div(N, 1024)"], zero: true}
+                                         # dtype T: the case's dtype
 
 Arguments: a tensor or workspace name passes its device pointer; anything else is an expression
 passed as int64 (integers) or float32 (floats) unless typed "int32:", "int64:", "float32:",
@@ -73,8 +74,9 @@ class Workspace(Strict):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, v):
-        if v not in DTYPES:
-            raise ValueError(f"unknown dtype {v!r}")
+        if v not in DTYPES and v != "T":
+            raise ValueError(f"unknown dtype {v!r}; expected one of {sorted(DTYPES)} or T (the "
+                             "case's dtype)")
         return v
 
 
@@ -150,5 +152,7 @@ def bind(recipe: Recipe, env: dict, buffers: set[str], dtype: str) -> list[Bound
 
 
 def workspace_shapes(recipe: Recipe, env: dict) -> dict[str, tuple[str, list[int], bool]]:
-    return {w.name: (w.dtype, [int(expr.evaluate(d, env)) for d in w.shape], w.zero)
+    """Per workspace: dtype (T resolved to the case's dtype), shape and whether it is zeroed."""
+    return {w.name: (env["T"] if w.dtype == "T" else w.dtype,
+                     [int(expr.evaluate(d, env)) for d in w.shape], w.zero)
             for w in recipe.workspace}

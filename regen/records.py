@@ -50,7 +50,8 @@ def import_records(project, store, path: Path) -> tuple[int, list[str]]:
                 "verify.judge set to 2: every benchmark row carries launch_exposed, which only "
                 "judge 2's timing (launch overhead outside the device timer) writes")
         want = keys.verify_components(spec, target, oracle,
-                                      rec["verify"].get("binary", ""), entry.recipe_digest)
+                                      rec["verify"].get("binary", ""), entry.recipe_digest,
+                                      project.composed_verify(spec))
         diffs = keys.differences(keys.portable(rec["verify"]), want)
         if diffs:
             skipped.append(f"{label}: stale ({'; '.join(diffs)})")

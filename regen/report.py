@@ -141,8 +141,10 @@ def bench(rows: list[dict], as_json: bool, out=None) -> None:
         json.dump(rows, out, indent=1)
         out.write("\n")
         return
+    plans = any(r.get("plan") for r in rows)   # composed specs: fused and unfused plans
     table = [["kernel", "target", "case", "time µs", "floor µs", "% floor", "vs eager",
-              "vs compile", "best peer µs", "vs peer", "expectations"]]
+              "vs compile", *(["vs unfused"] if plans else []), "best peer µs", "vs peer",
+              "expectations"]]
     notes: dict[str, None] = {}
     for r in rows:
         b = r.get("baselines") or {}
@@ -162,11 +164,13 @@ def bench(rows: list[dict], as_json: bool, out=None) -> None:
             verdict += f"; {r['launch_exposed']} of {r.get('iters', '?')} samples timed launch overhead"
         best = r.get("best_peer")
         peer_t = (r.get("peers") or {}).get(best) if best else None
-        table.append([r["kernel"], r["target"], r["case"],
+        unf = [f"{r['vs_unfused']:.2f}x" if r.get("vs_unfused") else "—"] if plans else []
+        kernel = f"{r['kernel']} ({r['plan']})" if r.get("plan") else r["kernel"]
+        table.append([kernel, r["target"], r["case"],
                       f"{t * 1e6:.1f}" if t else "—",
                       f"{r['floor_s'] * 1e6:.1f}" if r.get("floor_s") else "—",
                       f"{r['floor_fraction'] * 100:.0f}%" if r.get("floor_fraction") else "—",
-                      ratio("torch_eager"), ratio("torch_compile"),
+                      ratio("torch_eager"), ratio("torch_compile"), *unf,
                       f"{best} {peer_t * 1e6:.1f}" if peer_t else "—",
                       f"{peer_t / t:.2f}x" if peer_t and t else "—", verdict])
         for name, note in sorted((r.get("peer_notes") or {}).items()):

@@ -266,6 +266,66 @@ class Profile(Strict):
         return {**plain, **(chosen or {})}
 
 
+class Edge(Strict):
+    """Where a component's input (or a composed output) comes from: an input of the composed spec
+    (`x`) or an output of an earlier step (`step.tensor`). `view: true` lets a contiguous tensor
+    feed an input of another shape with the same number of elements (a reshape, no copy)."""
+
+    source: str = Field(alias="from", pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$")
+    view: bool = False
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, v):
+        return {"from": v} if isinstance(v, str) else v
+
+    @property
+    def step(self) -> str | None:
+        return self.source.split(".", 1)[0] if "." in self.source else None
+
+    @property
+    def tensor(self) -> str:
+        return self.source.split(".", 1)[-1]
+
+
+class Step(Strict):
+    """One component call of a composition: which spec, how its shape symbols, parameters and
+    dtype are bound (expressions of the composed spec's symbols and parameters), and where each
+    of its inputs comes from."""
+
+    name: str = Field(pattern=NAME_RE)
+    kernel: str = Field(pattern=NAME_RE)
+    sizes: dict[str, str | int] = Field(default_factory=dict)
+    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    dtype: str = "T"
+    inputs: dict[str, Edge] = Field(default_factory=dict)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        return _check_dtype(v, allow_t=True)
+
+    @field_validator("sizes", "params")
+    @classmethod
+    def _exprs(cls, v):
+        for text in v.values():
+            if isinstance(text, str):
+                expr.parse(text)
+        return v
+
+
+class Composition(Strict):
+    """A kernel made of other specs: the steps (component calls) and which step output is each
+    composed output. Step outputs no composed output names are workspaces between the steps."""
+
+    steps: list[Step] = Field(min_length=1)
+    outputs: dict[str, Edge]
+
+    def kernels(self) -> list[str]:
+        return sorted({s.kernel for s in self.steps})
+
+
 class Spec(Strict):
     name: str = Field(pattern=NAME_RE)
     summary: str
@@ -276,8 +336,22 @@ class Spec(Strict):
     tolerance: dict[str, Tolerance]
     profile: Profile = Field(default_factory=Profile)
     components: list[str] = Field(default_factory=list)
+    composition: Composition | None = None  # the dataflow between components (regen/compose.py)
     targets: list[str] | None = None
     salt: str = ""  # change to force regeneration of this kernel everywhere
+
+    @model_validator(mode="before")
+    @classmethod
+    def _components_of_composition(cls, data):
+        """A composition's kernels are its components; listing them again is optional."""
+        if isinstance(data, dict) and isinstance(data.get("composition"), dict) \
+                and "components" not in data:
+            steps = data["composition"].get("steps")
+            if isinstance(steps, list):
+                data = {**data, "components": sorted({s["kernel"] for s in steps
+                                                      if isinstance(s, dict) and "kernel" in s
+                                                      and isinstance(s["kernel"], str)})}
+        return data
 
     @field_validator("tolerance")
     @classmethod
@@ -341,7 +415,53 @@ class Spec(Strict):
         if not any(not c.bench and c.targets is None for c in self.cases):
             raise ValueError("cases: at least one correctness case (bench: false) for every column "
                              "(no targets:) is required")
+        if self.composition is not None:
+            self._check_composition(known - {"T"})
         return self
+
+    def _check_composition(self, known: set[str]) -> None:
+        """What can be checked without the component specs (regen/compose.py checks the rest)."""
+        comp = self.composition
+        if sorted(set(self.components)) != comp.kernels():
+            raise ValueError(f"components: {sorted(set(self.components))} differ from the kernels "
+                             f"the composition calls {comp.kernels()} (leave components out: "
+                             "they are taken from the composition)")
+        names = [s.name for s in comp.steps]
+        inputs = {t.name for t in self.signature.inputs}
+        for i, step in enumerate(comp.steps):
+            where = f"composition.steps[{i}]"
+            if names.count(step.name) > 1:
+                raise ValueError(f"{where}.name: step {step.name!r} is named twice")
+            if step.name in inputs:
+                raise ValueError(f"{where}.name: {step.name!r} is also an input's name")
+            for field in ("sizes", "params"):
+                for k, text in getattr(step, field).items():
+                    unknown = expr.names(text) - known if isinstance(text, str) else set()
+                    if unknown:
+                        raise ValueError(f"{where}.{field}.{k}: unknown names {sorted(unknown)} "
+                                         f"(expected this spec's shape symbols or parameters: "
+                                         f"{sorted(known)})")
+            for k, edge in step.inputs.items():
+                self._check_edge(edge, f"{where}.inputs.{k}", names, inputs)
+        outputs = {t.name for t in self.signature.outputs}
+        if set(comp.outputs) != outputs:
+            missing, extra = sorted(outputs - set(comp.outputs)), sorted(set(comp.outputs) - outputs)
+            raise ValueError("composition.outputs: " + "; ".join(
+                [f"no source for outputs {missing}" for _ in [1] if missing]
+                + [f"{extra} are not outputs of the signature" for _ in [1] if extra]))
+        for k, edge in comp.outputs.items():
+            if edge.step is None:
+                raise ValueError(f"composition.outputs.{k}: expected a step's output "
+                                 f"(step.tensor), got the input {edge.source!r}")
+            self._check_edge(edge, f"composition.outputs.{k}", names, inputs)
+
+    @staticmethod
+    def _check_edge(edge: Edge, where: str, steps: list[str], inputs: set[str]) -> None:
+        if edge.step is None and edge.source not in inputs:
+            raise ValueError(f"{where}: {edge.source!r} is not an input of this spec "
+                             f"(inputs: {sorted(inputs)}; a step's output is step.tensor)")
+        if edge.step is not None and edge.step not in steps:
+            raise ValueError(f"{where}: unknown step {edge.step!r} (steps: {steps})")
 
     # -- derived views -------------------------------------------------------------------
     def correctness_cases(self) -> list[Case]:

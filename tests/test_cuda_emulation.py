@@ -18,7 +18,7 @@ from support import cuda_emulation
 from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_cases, oracle, \
     oracle_case, spec
 
-EMULATED = ROW_KERNELS + ["rope"]  # rope runs here too: plain loads, no atomics
+EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention"]  # plain loads, no atomics
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,8 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
     assert not changed, f"inputs modified: {changed}"
     ref = o.reference(pristine, view)
     assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
-    assert o.check(pristine, outputs, view) == []
+    if hasattr(o, "check"):  # check() is optional in the oracle contract
+        assert o.check(pristine, outputs, view) == []
 
 
 def _run_in_child(so):

@@ -71,7 +71,7 @@ def test_cyclic_components(tmp_path):
 def test_unknown_component(project):
     spec = project / "specs" / "scale.yaml"
     spec.write_text(spec.read_text() + "components: [nothere]\n")
-    _fails_clearly(regen(project, "status"), "component 'nothere' has no spec", "components")
+    _fails_clearly(regen(project, "status"), "unknown component 'nothere': no specs/nothere.yaml", "components")
 
 
 def test_target_bad_field(project):

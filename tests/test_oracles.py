@@ -237,6 +237,8 @@ def _reference_as_outputs(s, case, o, view, inputs):
 @pytest.mark.parametrize("kernel", kernels())
 def test_check_accepts_the_reference_in_the_output_dtype(kernel):
     s, o = spec(kernel), oracle(kernel)
+    if not hasattr(o, "check"):
+        pytest.skip("check() is optional in the oracle contract")
     for case in s.correctness_cases():
         if not _small(kernel, case):
             continue

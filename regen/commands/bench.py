@@ -71,14 +71,33 @@ def run(args) -> int:
             continue
         r = building.bench_node(ctx, n, bench_cases)
         results.append(r)
-        if r.outcome is not None:
-            for b in r.outcome.bench:
-                rows.append({"kernel": n.kernel, "target": n.target, **b})
-        if r.status != "ok" and (r.outcome is None or not r.outcome.bench):
-            rows.append({"kernel": n.kernel, "target": n.target, "case": "—", "ok": False,
-                         "reason": r.summary})
+        plans = [(r, None)]
+        if spec.composition is not None:   # fused and unfused side by side
+            fused = not planning.is_composed(n.entry)
+            plans = [(r, "fused" if fused else "unfused")]
+            if fused:
+                plans.append((building.bench_unfused(ctx, n, bench_cases), "unfused"))
+        mine = []
+        for res, plan_label in plans:
+            extra = {"plan": plan_label} if plan_label else {}
+            if res.outcome is not None:
+                for b in res.outcome.bench:
+                    mine.append({"kernel": n.kernel, "target": n.target, **extra, **b})
+            if res.status != "ok" and (res.outcome is None or not res.outcome.bench):
+                mine.append({"kernel": n.kernel, "target": n.target, **extra, "case": "—",
+                             "ok": False, "reason": res.summary})
+        _vs_unfused(mine)
+        rows.extend(mine)
     report.bench(rows, args.json)
     if args.export:
         records = [r.record for r in results if r.record]
         Path(args.export).write_text(json.dumps({"records": records, "bench": rows}, indent=1))
     return 1 if any(r.status != "ok" for r in results) else 0
+
+
+def _vs_unfused(rows: list[dict]) -> None:
+    """A fused row's speedup over the unfused plan's row of the same case."""
+    unfused = {r["case"]: r.get("median_s") for r in rows if r.get("plan") == "unfused"}
+    for r in rows:
+        if r.get("plan") == "fused" and r.get("median_s") and unfused.get(r["case"]):
+            r["vs_unfused"] = unfused[r["case"]] / r["median_s"]

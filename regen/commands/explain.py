@@ -16,7 +16,10 @@ def run(args) -> int:
 
     project = _common.project(args)
     store = _common.store(project)
-    node = planning.plan_node(project, store, project.spec(args.kernel), project.target(args.target))
+    project.spec(args.kernel), project.target(args.target)   # clear errors first
+    # planned with its components, so a component that will be rebuilt is named
+    node = next(n for n in planning.plan(project, store, [args.kernel], [args.target])
+                if n.kernel == args.kernel)
     print(node.line().split(": ", 1)[0] + ": " + node.action)
     for reason in node.reasons:
         print(f"  {reason}")

@@ -26,8 +26,8 @@ def run(args) -> int:
     import random
 
     from ..errors import InputError
-    from ..judge.fit import fit
-    from ..oracle import load_oracle
+    from ..judge.fit import composed_agreement, fit
+    from ..oracle import ComposedOracle, load_oracle
 
     if args.seeds < 1:
         raise InputError(f"expected at least one seed, got {args.seeds}", field="--seeds")
@@ -35,10 +35,14 @@ def run(args) -> int:
     spec = project.spec(args.kernel)
     project.oracle_digest(args.kernel)  # the static checks: contract, distributions
     oracle = load_oracle(project.oracle_path(args.kernel))
+    job = project.oracle_job(spec)
+    if job is not None:  # a composed spec: the reference is composed from its components'
+        oracle = ComposedOracle(oracle, job)
     cases = [c for c in spec.cases if args.bench or not c.bench]
     rng = random.SystemRandom()
     seeds = [rng.randrange(2**31) for _ in range(args.seeds)]
     rows = fit(spec, oracle, cases, seeds, args.device)
+    disagree = composed_agreement(spec, oracle, cases, seeds, args.device) if job else []
     naive_bad = [r for r in rows if not r.implementations["naive float32"].fits]
     base_bad = [r for r in rows if "baseline" in r.implementations
                 and not r.implementations["baseline"].fits]
@@ -47,8 +51,9 @@ def run(args) -> int:
             {"case": r.case, "dtype": r.dtype, "bound": r.bound,
              **{name: {"fits": f.fits, "ratio": f.ratio, "where": f.where, "max_abs": f.max_abs,
                        "max_rel": f.max_rel, "error": f.error}
-                for name, f in r.implementations.items()}} for r in rows]}, indent=1))
-        return 1 if naive_bad else 0
+                for name, f in r.implementations.items()}} for r in rows],
+            "composed_reference_disagrees": disagree}, indent=1))
+        return 1 if naive_bad or disagree else 0
     names = list(rows[0].implementations) if rows else []
     width = max([len(r.case) for r in rows] + [4])
     print(f"{spec.name}: error / allowed bound (<= 1 fits), worst over seeds {seeds}")
@@ -66,9 +71,19 @@ def run(args) -> int:
         print(f"the baseline does not fit {len(base_bad)} of {len(rows)} cases "
               f"({', '.join(r.case for r in base_bad[:4])}{', ...' if len(base_bad) > 4 else ''}): "
               "fine if the spec asks for more than arithmetic in the storage dtype")
+    if job is not None and oracle.written is not None:
+        for line in disagree:
+            print(f"{line}: fix the component oracle or this reference()")
+        print(f"the hand-written reference() agrees with the one composed from "
+              f"{', '.join(spec.composition.kernels())} on every case" if not disagree else
+              f"FAIL: the hand-written reference() disagrees with the composed one on "
+              f"{len(disagree)} case(s)")
+    elif job is not None:
+        print(f"reference: composed from {', '.join(spec.composition.kernels())} "
+              f"({len(spec.composition.steps)} steps)")
     print("ok: naive float32 fits every case" if not naive_bad
           else f"FAIL: naive float32 does not fit {len(naive_bad)} case(s)")
-    return 1 if naive_bad else 0
+    return 1 if naive_bad or disagree else 0
 
 
 def _cell(f) -> str:

@@ -315,13 +315,15 @@ def change_plan(base: Side, head: Side) -> list[Row]:
                        old_spec, _view(base, old_target), base.component_ids(old_spec, t),
                        TEMPLATE_VERSION),
                    "verify": {**keys.verify_components(
-                       old_spec, old_target, _short_digest(base.oracle_digests.get(k)), "", ""),
+                       old_spec, old_target, _short_digest(base.oracle_digests.get(k)), "", "",
+                       _composed(base, old_spec)),
                        "target.hardware": old_target.hardware.match},
                    "toolchain": _toolchain(old_target)}
             new = {"generate": keys.generate_components(
                        spec, _view(head, target), head.component_ids(spec, t), TEMPLATE_VERSION),
                    "verify": {**keys.verify_components(
-                       spec, target, _short_digest(head.oracle_digests.get(k)), "", ""),
+                       spec, target, _short_digest(head.oracle_digests.get(k)), "", "",
+                       _composed(head, spec)),
                        "target.hardware": target.hardware.match},
                    "toolchain": _toolchain(target)}
             row.action, row.reasons = classify(old, new)
@@ -427,3 +429,9 @@ def compare(base: Side, head: Side) -> Report:
     rows = change_plan(base, head)
     add_cache_state(rows, head)
     return Report(base.label, head.label, items, rows, cache_changes(base, head))
+
+
+def _composed(side, spec) -> dict:
+    """A composed spec's component oracles and tolerances on one side of the diff."""
+    return keys.composed_verify(spec, lambda c: _short_digest(side.oracle_digests.get(c)),
+                                lambda c: side.specs[c])

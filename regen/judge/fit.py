@@ -164,3 +164,26 @@ def _view(spec, case, env: dict, device: str):
     return SimpleNamespace(sizes=dict(case.sizes), dtype=getattr(torch, env["T"]), params=params,
                            dist=case.dist, device=device,
                            name=case.label(spec.signature.dtypes[0]))
+
+
+def composed_agreement(spec, oracle, cases, seeds: list[int], device: str = "cpu") -> list[str]:
+    """A composed spec whose oracle also has a hand-written reference(): one line per case where
+    it and the reference composed from the components differ by more than the case's tolerance
+    (regen.oracle.agreement). Either would fail an honest kernel the other passes."""
+    from ..oracle import agreement
+    from .compare import bound
+
+    problems = []
+    if getattr(oracle, "written", None) is None:
+        return problems
+    for case in cases:
+        env = spec.case_env(case)
+        tol = spec.case_tolerance(case)
+        view = _view(spec, case, env, device)
+        for seed in seeds:
+            why = agreement(oracle, oracle.make_inputs(view, seed), view,
+                            lambda _name, want: bound(tol, want))
+            if why:
+                problems.append(f"{case.label(spec.signature.dtypes[0])} (seed {seed}): {why}")
+                break
+    return problems

@@ -29,7 +29,7 @@ class Harness:
     def __init__(self, job: dict):
         import torch
 
-        from regen.oracle import load_oracle
+        from regen.oracle import ComposedOracle, load_oracle
         from regen.recipe import parse_recipe
         from regen.spec import Spec
 
@@ -38,7 +38,10 @@ class Harness:
         self.spec = Spec.model_validate(job["spec"])
         self.recipe = parse_recipe(job["recipe"]) if job.get("recipe") else None
         try:
-            self.oracle = GuardedOracle(load_oracle(Path(job["oracle"])))
+            module = load_oracle(Path(job["oracle"]))
+            if job.get("composition"):  # a composed spec: the reference comes from its components
+                module = ComposedOracle(module, job["composition"])
+            self.oracle = GuardedOracle(module)
         except Exception as exc:  # noqa: BLE001 - an oracle that cannot even be imported
             raise OracleError(f"the oracle could not be imported: {type(exc).__name__}: "
                               f"{exc}"[:1500]) from exc

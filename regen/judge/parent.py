@@ -192,7 +192,8 @@ def tensor_bytes_of(spec, t, case: Case) -> int:
     return n * itemsize(spec.tensor_dtype(t, case))
 
 
-def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.0) -> list[str]:
+def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.0,
+                composition: dict | None = None) -> list[str]:
     """Oracle lint in a child process (imports torch there): one problem per finding, empty when
     the reference depends on its inputs. Runs make_inputs and reference on the correctness cases
     for `seeds` fresh seeds; no artifact is involved."""
@@ -202,6 +203,8 @@ def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.
            "spec": spec.model_dump(mode="json"), "recipe": None, "binary": None,
            "cases": [{"case": c.model_dump(mode="json")} for c in cases],
            "lint_seeds": [seed_of(i) for i in range(max(2, seeds))]}
+    if composition is not None:
+        job["composition"] = composition
     data = run_child(job, timeout_s)
     if "error" in data:
         return [f"the oracle could not be run: {data['error']}"]
@@ -235,8 +238,10 @@ def _job_items(cases: list[Case], settings: Settings, seed_of, include_bench: bo
 
 
 def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: Settings,
-        cases: list[Case] | None = None) -> Outcome:
-    """Verify (and with settings.bench, time) one binary against the oracle."""
+        cases: list[Case] | None = None, composition: dict | None = None) -> Outcome:
+    """Verify (and with settings.bench, time) one binary against the oracle. A composed spec
+    passes its `composition` (regen.compose.oracle_job): the reference is composed from its
+    components' oracles."""
     seed_of, seeds_label = seed_source(settings)
     gpu = LANGUAGES[target.language].on_device
     include_bench = settings.include_bench_cases or settings.bench
@@ -265,6 +270,8 @@ def run(spec, target, oracle_path: Path, recipe: str, binary: bytes, settings: S
                "cases": items,
                "timing": {"iters": iters, "warmup": settings.warmup, "baselines": list(baselines),
                           "peers": settings.peers}}
+        if composition is not None:
+            job["composition"] = composition
         data = run_child(job, settings.timeout_s)
     seeds_out = seeds_label if seeds_label is not None else used
     if "error" in data:
