@@ -45,7 +45,11 @@ def _baseline(kernel, inputs, **params):
 
 
 def test_every_spec_is_a_torch_op_with_its_signature_as_schema(ops):
-    assert set(ops.kernels()) == {p.stem for p in (REPO / "specs").glob("*.yaml")}
+    specs = {p.stem for p in (REPO / "specs").glob("*.yaml")}
+    assert set(ops.kernels()) | set(ops.skipped()) == specs
+    assert all("in place" in why for why in ops.skipped().values())  # the only reason today
+    with pytest.raises(AttributeError, match="in place"):
+        getattr(ops, "kv_append")
     schema = torch.ops.regen.rmsnorm.default._schema
     assert [(a.name, str(a.type)) for a in schema.arguments] == \
         [("x", "Tensor"), ("weight", "Tensor"), ("eps", "float")]

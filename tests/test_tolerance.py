@@ -211,7 +211,8 @@ def test_every_committed_oracle_draws_every_input_from_the_seed():
         spec = project.spec(name)
         small = spec.model_copy(update={"cases": [c for c in spec.correctness_cases()
                                                   if _elements(spec, c) <= 1 << 20]})
-        assert lint_oracle(small, project.oracle_path(name)) == [], name
+        assert lint_oracle(small, project.oracle_path(name),
+                           composition=project.oracle_job(spec)) == [], name
 
 
 def _elements(spec, case: Case) -> int:

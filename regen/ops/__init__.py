@@ -26,13 +26,12 @@ NAMESPACE = "regen"
 
 _resolver = ProjectResolver()
 _ops: dict[str, KernelOp] = {}
+_skipped: dict[str, str] = {}  # kernel -> why it is not an op (said when it is asked for)
 for _data in _resolver.signatures():
     try:
         _ops[_data["name"]] = KernelOp(Signature(_data, __name__), _resolver, NAMESPACE, __name__)
-    except SignatureError as _exc:  # a signature torch.library cannot express (yet): said, skipped
-        import warnings
-
-        warnings.warn(str(_exc), RegenOpsWarning, stacklevel=2)
+    except SignatureError as _exc:  # a signature torch.library cannot express (yet)
+        _skipped[_data["name"]] = str(_exc)
 _library = register(NAMESPACE, list(_ops.values()))
 
 
@@ -43,6 +42,17 @@ for _name, _op in _ops.items():
 def kernels() -> list[str]:
     """The kernels registered as ops."""
     return sorted(_ops)
+
+
+def skipped() -> dict[str, str]:
+    """Specs that are not ops, and why (an import stays quiet; asking for one says it)."""
+    return dict(_skipped)
+
+
+def __getattr__(name: str):
+    if name in _skipped:
+        raise AttributeError(_skipped[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def configure(allow_unverified: bool | None = None, root=None) -> None:
@@ -85,4 +95,4 @@ def runs(kernel: str, *args) -> str | None:
     return _ops[kernel].plan_for(*args).column
 
 
-__all__ = ["RegenOpsWarning", "SignatureError", "configure", "kernels", "runs", "status", *_ops]
+__all__ = ["RegenOpsWarning", "SignatureError", "configure", "kernels", "runs", "skipped", "status", *_ops]
