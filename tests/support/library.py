@@ -32,6 +32,18 @@ def kernels() -> list[str]:
     return sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
 
 
+def plain_kernels() -> list[str]:
+    """Kernels these direct checks can call: not composed (an unfused plan of many launches) and
+    without in-place outputs (an input the kernel overwrites); the judge verifies those."""
+    return [k for k in kernels() if spec(k).composition is None
+            and not any(getattr(t, "inplace_of", None) for t in spec(k).signature.outputs)]
+
+
+def kernels_on(target_name: str) -> list[str]:
+    """Kernels with a committed implementation for target_name (regen status lists the rest)."""
+    return [k for k in kernels() if (ROOT / "cache" / k / target_name / "current.json").is_file()]
+
+
 @lru_cache(maxsize=None)
 def spec(kernel: str) -> Spec:
     return load_spec(ROOT / "specs" / f"{kernel}.yaml")
