@@ -19,7 +19,7 @@ from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_c
     oracle_case, spec
 
 EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",
-                          "gemm_bf16"]  # plain loads, no atomics; gemm_bf16: its host pass
+                          "gemm_bf16", "gemm_bf16_nn"]  # plain loads, no atomics; GEMMs: host pass
 
 
 @pytest.fixture(scope="module")
