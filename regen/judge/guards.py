@@ -66,7 +66,7 @@ GUARDS: dict[str, Guard] = {g.name: g for g in (
           ("cpu/negative_underflow",)),
     Guard("late-writes", "launch", (4, 5),
           "outputs or staged buffers that change after the launch returned",
-          (_RT_CPU + "test_a_background_write_after_the_reply_is_a_late_write",
+          ("cpu/raw_clone", _RT_CPU + "test_a_background_write_after_the_reply_is_a_late_write",
            _JUDGE + "test_a_late_write_rejects_the_case")),
     Guard("threads", "launch", (5,),
           "a thread of the artifact's process not idle (parked on a futex with no timeout) after a "
