@@ -9,6 +9,8 @@ call and a fake (meta) one under torch.compile with dynamic shapes.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import ast
 
 from ..expr import parse
@@ -62,6 +64,9 @@ def _names(text) -> set[str]:
     tree = parse(str(text))
     funcs = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - funcs
+
+
+_PROBE = 3 * 2**10  # a multiple of the MX block (32) and of every packing ratio
 
 
 class Signature:
@@ -177,13 +182,14 @@ class Signature:
             origin[dim.strip()] = f"{spec['name']}.shape[{i}]"
             return True
         if len(unknown) == 1:  # solve an affine dimension such as "2 * N" for its one symbol
-            (name,) = unknown
+            (name,) = unknown  # probed at a multiple of every packing ("K * 4 // 8", "K // 32")
             b = shape_eval(dim, {**env, name: 0})
-            a = shape_eval(dim, {**env, name: 1}) - b
+            a = Fraction(shape_eval(dim, {**env, name: _PROBE}) - b, _PROBE)
             if a == 0:
                 return False
-            value = (size - b) // a
-            if shape_eval(dim, {**env, name: value}) != size or value < 0:
+            value = (size - b) / a
+            value = int(value) if value.denominator == 1 else -1
+            if value < 0 or shape_eval(dim, {**env, name: value}) != size:
                 raise SignatureError(f"{self.label}: {spec['name']}.shape[{i}] is {size}, "
                                      f"which is not {dim} for any integer {name}")
             env[name] = value
