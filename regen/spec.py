@@ -318,6 +318,9 @@ class Profile(Strict):
 
     bytes: str | None = None   # formula over symbols; default: every tensor read or written once
     flops: str | None = None
+    # which of a target's flops peaks bounds the flops (flops_<compute>): the inputs' precision
+    # where it is not T's (an fp8 GEMM writing bf16: float8; block-scaled: mxfp4); default T
+    compute: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
     floor_fraction: dict[str, float] = Field(default_factory=dict)
     # baseline -> minimum speed-up on the device columns, and selector -> {baseline: minimum} for
     # any column (the host's too): {torch_compile: 1.0, cpu: {torch_eager: 0.8}}

@@ -52,10 +52,12 @@ def _eval(node, env, text):
         return _SHAPE_OPS[type(node.op)](_eval(node.left, env, text), _eval(node.right, env, text))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval(node.operand, env, text)
+    if isinstance(node, ast.IfExp):  # on a parameter: "1 if per_tensor else M"
+        return _eval(node.body if _eval(node.test, env, text) else node.orelse, env, text)
     if isinstance(node, ast.Call) and getattr(node.func, "id", None) in _SHAPE_FUNCTIONS:
         return _SHAPE_FUNCTIONS[node.func.id](*(_eval(a, env, text) for a in node.args))
-    raise SignatureError(f"shape expression {text!r}: only + - * // % ceil_div min max are "
-                         "supported in a shape")
+    raise SignatureError(f"shape expression {text!r}: only + - * // % ceil_div min max and "
+                         "`a if p else b` are supported in a shape")
 
 
 def _names(text) -> set[str]:
@@ -152,6 +154,9 @@ class Signature:
                 raise SignatureError(f"{op}: {spec['name']} is on {t.device}, "
                                      f"{self.inputs[0]['name']} on {device} (one device per call)")
         env: dict = {}
+        # parameters first: a shape may depend on one ("1 if per_tensor else M")
+        for i, p in enumerate(self.params):  # torch passes a Python kernel no trailing defaults
+            env[p["name"]] = params[i] if i < len(params) else p.get("default")
         origin: dict = {}  # symbol -> the dimension it was read from (for messages)
         pending = [(spec, i) for spec in self.inputs for i in range(len(spec["shape"]))]
         progress = True
@@ -168,8 +173,6 @@ class Signature:
             spec, i = pending[0]
             raise SignatureError(f"{op}: cannot tell the symbols of {spec['name']}.shape[{i}] "
                                  f"= {spec['shape'][i]!r} from the inputs")
-        for i, p in enumerate(self.params):  # torch passes a Python kernel no trailing defaults
-            env[p["name"]] = params[i] if i < len(params) else p.get("default")
         env["T"] = T
         return env
 
