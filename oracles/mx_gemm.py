@@ -1,0 +1,55 @@
+"""Oracle for specs/mx_gemm.yaml: c = A B^T with A in MXFP8 (e4m3) and B in MXFP4, both
+dequantized in float64 by regen.formats (the OCP MX rules, independent of any device's
+conversions).
+
+Inputs are quantized as an MX recipe would: normal draws whose 32-element blocks are scaled by
+2^u, u uniform in [-2, 2] (so block scales differ within a row), then OCP MX quantization (shared
+exponent floor(log2 amax) - emax, round to nearest even, saturating)."""
+
+import numpy as np
+import torch
+
+from regen import formats
+
+DISTRIBUTIONS = ("normal",)
+A_FORMAT, B_FORMAT = "mxfp8_e4m3", "mxfp4"
+
+
+def _draw(rows, k, g):
+    x = torch.randn(rows, k, generator=g, dtype=torch.float64)
+    u = torch.rand(rows, k // formats.BLOCK, generator=g, dtype=torch.float64) * 4 - 2
+    return (x.reshape(rows, -1, formats.BLOCK) * torch.exp2(u)[..., None]).reshape(rows, k).numpy()
+
+
+def make_inputs(case, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n, k = (case.sizes[s] for s in ("M", "N", "K"))
+    a, a_scale = formats.to_mx(_draw(m, k, g), A_FORMAT)
+    b, b_scale = formats.to_mx(_draw(n, k, g), B_FORMAT)
+    return {name: torch.from_numpy(np.ascontiguousarray(t)).to(case.device) for name, t in
+            (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale))}
+
+
+def _dequantized(inputs):
+    host = {k: v.cpu().numpy() for k, v in inputs.items()}
+    a = formats.from_mx(host["a"], host["a_scale"], A_FORMAT)
+    b = formats.from_mx(host["b"], host["b_scale"], B_FORMAT)
+    return torch.from_numpy(a), torch.from_numpy(b)
+
+
+def reference(inputs, case):
+    a, b = _dequantized(inputs)
+    return {"c": (a @ b.T).to(inputs["a"].device)}
+
+
+def check(inputs, outputs, case):
+    c = outputs["c"]
+    return [] if bool(torch.isfinite(c).all()) else ["finite: c has inf or NaN elements"]
+
+
+def baseline(inputs, case):
+    """What a user runs without an MX kernel: dequantize to bf16 (exact for these formats) and
+    multiply with torch's bf16 matmul on the inputs' device."""
+    a, b = _dequantized(inputs)
+    dev = inputs["a"].device
+    return {"c": a.to(torch.bfloat16).to(dev) @ b.to(torch.bfloat16).to(dev).T}
