@@ -19,7 +19,7 @@ from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_c
     oracle_case, spec
 
 EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",  # plain loads, no atomics
-                          "gemm_fp8"]  # its plain path: cp.async and the MMA replaced (kernel.cu says how)
+                          "gemm_fp8", "mx_gemm"]  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
 
 
 @pytest.fixture(scope="module")
