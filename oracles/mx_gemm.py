@@ -47,9 +47,27 @@ def check(inputs, outputs, case):
     return [] if bool(torch.isfinite(c).all()) else ["finite: c has inf or NaN elements"]
 
 
-def baseline(inputs, case):
-    """What a user runs without an MX kernel: dequantize to bf16 (exact for these formats) and
-    multiply with torch's bf16 matmul on the inputs' device."""
-    a, b = _dequantized(inputs)
+def _device_dequantized(inputs, dtype):
+    """The operands dequantized with torch on their own device (what a user without an MX kernel
+    writes): code tables and 2^(scale - 127), exact in bf16 for these formats."""
     dev = inputs["a"].device
-    return {"c": a.to(torch.bfloat16).to(dev) @ b.to(torch.bfloat16).to(dev).T}
+    e4m3 = torch.from_numpy(formats.decode(np.arange(256), formats.E4M3)).to(dev, torch.float32)
+    e2m1 = torch.from_numpy(formats.decode(np.arange(16), formats.E2M1)).to(dev, torch.float32)
+
+    def scaled(values, scale):
+        rows = values.shape[0]
+        blocks = values.reshape(rows, -1, formats.BLOCK)
+        factor = torch.exp2(scale.to(torch.float32) - formats.E8M0_BIAS)[..., None]
+        return (blocks * factor).reshape(rows, -1).to(dtype)
+
+    a = scaled(e4m3[inputs["a"].long()], inputs["a_scale"])
+    b_codes = inputs["b"].long()
+    b = torch.stack([e2m1[b_codes & 15], e2m1[b_codes >> 4]], dim=-1).reshape(b_codes.shape[0], -1)
+    return a, scaled(b, inputs["b_scale"])
+
+
+def baseline(inputs, case):
+    """What a user runs without an MX kernel: dequantize to bf16 on the device (exact for these
+    formats) and multiply with torch's bf16 matmul."""
+    a, b = _device_dequantized(inputs, torch.bfloat16)
+    return {"c": a @ b.T}
