@@ -264,3 +264,18 @@ def test_hand_written_storage_that_differs_from_the_format_is_refused(tmp_path):
     sig["inputs"][1]["shape"] = ["M", "K // 16"]
     with pytest.raises(ValueError, match="storage buffers differ from what format mxfp4 derives"):
         Signature.model_validate(sig)
+
+
+def test_profile_compute_names_the_flops_peak_that_bounds_the_case():
+    """gemm_fp8 writes bf16 but computes in e4m3: its roofline uses the target's flops_float8."""
+    from regen.profile import floor_terms
+    from regen.target import load_target
+
+    spec = load_spec(ROOT / "specs" / "gemm_fp8.yaml")
+    h200 = load_target(ROOT / "targets" / "h200.yaml")
+    case = next(c for c in spec.bench_cases() if c.sizes == {"M": 8192, "N": 8192, "K": 8192})
+    seconds, bound, peak = max(floor_terms(spec, h200, case), key=lambda t: t[0])
+    assert bound == "compute" and peak is h200.peak("flops_float8")
+    assert seconds == pytest.approx(2 * 8192 ** 3 / h200.peak("flops_float8").value)
+    plain = spec.model_copy(update={"profile": spec.profile.model_copy(update={"compute": None})})
+    assert max(floor_terms(plain, h200, case), key=lambda t: t[0])[2] is h200.peak("flops_bfloat16")
