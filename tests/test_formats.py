@@ -148,3 +148,26 @@ def test_importing_formats_does_not_import_torch():
     code = "import sys, regen.formats; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("el", list(F.ELEMENTS.values()), ids=lambda e: e.name)
+def test_encode_is_the_nearest_code_with_ties_to_the_even_one(el):
+    """Against a brute-force search over the code table, on random values, on every exact
+    midpoint between neighbouring values (the ties) and beyond the largest."""
+    vals = F.decode(np.arange(1 << (el.bits - 1)), el)
+    codes = np.arange(len(vals))[np.isfinite(vals)]
+    pos = vals[codes]
+    mids = (pos[:-1] + pos[1:]) / 2
+    rng = np.random.default_rng(3)
+    x = np.concatenate([mids, pos, rng.uniform(0, el.max * 1.5, 5000),
+                        np.exp2(rng.uniform(-20, 1, 2000)) * el.max])
+    x = np.concatenate([x, -x])
+    dist = np.abs(np.abs(x)[:, None] - pos[None, :])
+    best = dist.min(axis=1, keepdims=True)
+    tied = dist == best
+    # the even code among the nearest (the smaller one if both are odd cannot happen: neighbours)
+    pick = np.where(tied & (codes[None, :] % 2 == 0), codes[None, :], 10**6).min(axis=1)
+    pick = np.where(pick == 10**6, np.where(tied, codes[None, :], 10**6).min(axis=1), pick)
+    pick = np.where(np.abs(x) >= el.max, codes[pos.argmax()], pick)  # saturation
+    want = pick | np.where(np.signbit(x), 1 << (el.bits - 1), 0)
+    assert (F.encode(x, el) == want).all()
