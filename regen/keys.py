@@ -30,6 +30,8 @@ PORTABLE_EXCLUDE = ("hardware", "runtime")  # verify components only the verifyi
 # Which key each spec and target field feeds: the builders below read these tables, and so does
 # `regen diff` to say what a field's change causes (regenerate, re-verify, recompile).
 GENERATE_SPEC_FIELDS = ("summary", "intent", "signature", "invariants", "salt")
+# TensorSpec fields of block-scaled formats (regen/spec.py), in a key only where set
+FORMAT_FIELDS = ("format", "storage", "logical_shape")
 VERIFY_SPEC_FIELDS = ("tolerance", "cases", "profile")
 # a target's generate fields are its generation view (regen.target); peaks are verify components
 # and records are matched by the hardware they ran on; the toolchain and arch make the binary
@@ -99,6 +101,9 @@ def generate_components(spec: Spec, view: dict, component_entries: dict[str, str
     sig = spec.signature.model_dump(mode="json")
     for t in sig["inputs"] + sig["outputs"]:
         t["description"] = normalise_prose(t["description"])
+        for field in FORMAT_FIELDS:  # only a format tensor has them: other keys do not change
+            if t[field] is None:
+                del t[field]
     for p in sig["params"]:
         p["description"] = normalise_prose(p["description"])
     view = {**view, "notes": normalise_prose(view["notes"]),
@@ -134,6 +139,8 @@ def profile_for(spec: Spec, target: Target) -> dict:
            "instructions": select(p.instructions, target) or []}
     if p.memory is not None:  # only where given: the keys of specs without it do not change
         out["memory"] = p.memory
+    if p.compute is not None:  # likewise
+        out["compute"] = p.compute
     return out
 
 

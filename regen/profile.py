@@ -41,7 +41,7 @@ def static_checks(spec, target, resources: dict, disassembly: str | None) -> lis
 def floor_terms(spec, target, case) -> list[tuple[float, str, object]]:
     """(seconds, bound, peak) for each roofline term the target has a peak for."""
     bw = target.peak("memory_bandwidth")
-    flops_peak = target.peak(f"flops_{spec.case_env(case)['T']}")
+    flops_peak = target.peak(f"flops_{spec.profile.compute or spec.case_env(case)['T']}")
     terms = []
     if bw is not None:
         terms.append((spec.case_bytes(case) / bw.value, "memory", bw))

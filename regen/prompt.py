@@ -83,6 +83,14 @@ def fence(text: str, tag: str = "") -> str:
 
 # -- static prefix -------------------------------------------------------------------------------
 
+def _stored(t) -> str:
+    """What a storage buffer of a `format:` tensor holds."""
+    if t.storage is None:
+        return ""
+    what = "element codes" if t.storage == "data" else "E8M0 block scales"
+    return f" ({t.format} {what} of the logical {_dims(t.logical_shape)} tensor)"
+
+
 def _signature(spec) -> list[str]:
     sig = spec.signature
     lines = ["## Signature",
@@ -91,13 +99,13 @@ def _signature(spec) -> list[str]:
     lines.append("Inputs:")
     for t in sig.inputs:
         desc = f" — {t.description.strip()}" if t.description.strip() else ""
-        lines.append(f"- {t.name}: {t.dtype}{_dims(t.shape)}{desc}")
+        lines.append(f"- {t.name}: {t.dtype}{_dims(t.shape)}{_stored(t)}{desc}")
     lines.append("Outputs:")
     for t in sig.outputs:
         desc = f" — {t.description.strip()}" if t.description.strip() else ""
         inplace = (f" (in place: the same buffer as input {t.inplace_of}; read it, then overwrite it)"
                    if t.inplace_of else "")
-        lines.append(f"- {t.name}: {t.dtype}{_dims(t.shape)}{inplace}{desc}")
+        lines.append(f"- {t.name}: {t.dtype}{_dims(t.shape)}{_stored(t)}{inplace}{desc}")
     if sig.params:
         lines.append("Scalar parameters:")
         for p in sig.params:
@@ -106,6 +114,14 @@ def _signature(spec) -> list[str]:
             lines.append(f"- {p.name}: {p.type}{default}{desc}")
     else:
         lines.append("Scalar parameters: none.")
+    stored = sorted({t.format for t in sig.tensors if t.storage == "data"})
+    if stored:
+        from .formats import describe
+
+        lines.append("Block-scaled formats: a tensor declared with a format arrives as two uint8 "
+                     "buffers, `name` (packed element codes) and `name_scale` (E8M0 scales); its "
+                     "logical shape is given with each.")
+        lines += [f"- {describe(f)}" for f in stored]
     inplace = [t for t in sig.outputs if t.inplace_of]
     if not inplace:
         lines.append("Inputs must not be modified (they are checked after the run).")

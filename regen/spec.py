@@ -40,6 +40,12 @@ class TensorSpec(Strict):
     layout: Literal["contiguous"] = "contiguous"
     inplace_of: str | None = None  # for outputs: the input whose buffer is updated in place
     description: str = ""
+    # an OCP MX block format (regen/formats.py): the spec names one logical tensor, the signature
+    # holds its storage buffers, derived by expand_formats(): `storage` says which one this is and
+    # `logical_shape` is the shape the spec wrote
+    format: str | None = None
+    storage: Literal["data", "scale"] | None = None
+    logical_shape: list[str | int] | None = None
 
     @field_validator("dtype")
     @classmethod
@@ -62,11 +68,70 @@ class ParamSpec(Strict):
     description: str = ""
 
 
+def _storage_tensors(item: dict, where: str) -> list[dict]:
+    """A `format:` tensor as its storage buffers: `name` (the packed element codes, uint8) and
+    `name_scale` (one E8M0 byte per 32 elements of the last dimension)."""
+    from . import formats
+
+    fmt = item["format"]
+    if fmt not in formats.MX_FORMATS:
+        raise ValueError(f"{where}.format: unknown format {fmt!r}; expected one of "
+                         f"{sorted(formats.MX_FORMATS)} (plain float8_e4m3fn and float8_e5m2 "
+                         "are dtypes, not formats)")
+    if "dtype" in item:
+        raise ValueError(f"{where}.dtype: a format tensor is stored as uint8 buffers derived from "
+                         f"its format; leave dtype out (format {fmt} declares it)")
+    if item.get("inplace_of"):
+        raise ValueError(f"{where}.inplace_of: a format tensor cannot be updated in place")
+    shape = item.get("shape")
+    if not isinstance(shape, list) or not shape:
+        raise ValueError(f"{where}.shape: a format tensor needs at least one dimension (its "
+                         "last dimension holds the 32-element blocks)")
+    last = shape[-1]
+    if isinstance(last, str):
+        expr.parse(last)
+    elif not isinstance(last, int) or isinstance(last, bool) or last % formats.BLOCK:
+        raise ValueError(f"{where}.shape: the last dimension {last!r} is not a multiple of "
+                         f"{formats.BLOCK} (the MX block)")
+    dims = formats.storage(fmt, last)
+    name = item.get("name", "")
+    desc = item.get("description", "")
+    return [
+        {**item, "dtype": "uint8", "shape": [*shape[:-1], dims["data"]], "storage": "data",
+         "logical_shape": shape},
+        {"name": f"{name}_scale", "dtype": "uint8", "shape": [*shape[:-1], dims["scale"]],
+         "format": fmt, "storage": "scale", "logical_shape": shape,
+         "description": f"E8M0 scales of {name}" + (f" ({desc.strip()})" if desc.strip() else "")},
+    ]
+
+
 class Signature(Strict):
     dtypes: list[str] = Field(default_factory=lambda: ["float32"])
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     params: list[ParamSpec] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_formats(cls, data):
+        """A tensor declared with `format:` becomes its storage buffers (a validated signature
+        holds those, so buffers, recipes, runtimes and keys all see what a kernel reads)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for side in ("inputs", "outputs"):
+            items = data.get(side)
+            if not isinstance(items, list):
+                continue
+            expanded = []
+            for i, item in enumerate(items):
+                if isinstance(item, dict) and item.get("format") is not None \
+                        and item.get("storage") is None:
+                    expanded += _storage_tensors(item, f"signature.{side}[{i}]")
+                else:
+                    expanded.append(item)
+            out[side] = expanded
+        return out
 
     @field_validator("dtypes")
     @classmethod
@@ -94,6 +159,7 @@ class Signature(Strict):
             if t.name in seen:
                 raise ValueError(f"name {t.name!r} is used twice in the signature")
             seen.add(t.name)
+        self._check_storage()
         inputs = {t.name for t in self.inputs}
         for out in self.outputs:
             if out.inplace_of and out.inplace_of not in inputs:
@@ -102,9 +168,40 @@ class Signature(Strict):
             raise ValueError("at least one output is required")
         return self
 
+    def _check_storage(self) -> None:
+        """Storage buffers written out by hand must be exactly what their format derives."""
+        for side in ("inputs", "outputs"):
+            items = getattr(self, side)
+            for i, t in enumerate(items):
+                if t.storage is None and t.logical_shape is not None:
+                    raise ValueError(f"{t.name}: logical_shape belongs to a format tensor's "
+                                     "storage; declare `format:` instead")
+                if t.storage is None and t.format is None or t.storage == "scale":
+                    continue
+                if t.storage is None or t.logical_shape is None:
+                    raise ValueError(f"{t.name}: storage and logical_shape are derived from "
+                                     "format; declare only `format:` and the logical shape")
+                decl = {k: v for k, v in t.model_dump().items()
+                        if k not in ("dtype", "storage", "logical_shape")}
+                decl["shape"] = t.logical_shape
+                want = _storage_tensors(decl, f"signature.{side}[{i}]")
+                got = [x.model_dump() for x in items[i:i + 2]]
+                if [TensorSpec.model_validate(w).model_dump() for w in want] != got:
+                    raise ValueError(f"{t.name}: its storage buffers differ from what format "
+                                     f"{t.format} derives; declare only `format:` and the "
+                                     "logical shape")
+            for t in items:
+                if t.storage == "scale" and not any(
+                        d.storage == "data" and f"{d.name}_scale" == t.name for d in items):
+                    raise ValueError(f"{t.name}: a scale buffer without its data buffer")
+
     @property
     def tensors(self) -> list[TensorSpec]:
         return [*self.inputs, *self.outputs]
+
+    def format_tensors(self) -> list[TensorSpec]:
+        """The data buffers of the `format:` tensors (their scales follow them, `name_scale`)."""
+        return [t for t in self.tensors if t.storage == "data"]
 
     def symbols(self) -> set[str]:
         """Shape symbols the cases must bind."""
@@ -221,6 +318,9 @@ class Profile(Strict):
 
     bytes: str | None = None   # formula over symbols; default: every tensor read or written once
     flops: str | None = None
+    # which of a target's flops peaks bounds the flops (flops_<compute>): the inputs' precision
+    # where it is not T's (an fp8 GEMM writing bf16: float8; block-scaled: mxfp4); default T
+    compute: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
     floor_fraction: dict[str, float] = Field(default_factory=dict)
     # baseline -> minimum speed-up on the device columns, and selector -> {baseline: minimum} for
     # any column (the host's too): {torch_compile: 1.0, cpu: {torch_eager: 0.8}}
@@ -378,6 +478,14 @@ class Spec(Strict):
             unknown = set(case.params) - params
             if unknown:
                 raise ValueError(f"cases[{i}].params: unknown parameters {sorted(unknown)}")
+            for t in self.signature.format_tensors():
+                env = {**{p.name: p.default for p in self.signature.params}, **case.params,
+                       **case.sizes}
+                last = t.logical_shape[-1]
+                n = int(expr.evaluate(last, env)) if isinstance(last, str) else last
+                if n % 32:
+                    raise ValueError(f"cases[{i}]: {t.name} ({t.format}) has last dimension "
+                                     f"{last} = {n}, not a multiple of 32 (the MX block)")
         for d in self.signature.dtypes:
             if d in FLOAT_DTYPES and d not in self.tolerance:
                 raise ValueError(f"tolerance: no entry for dtype {d!r} (signature.dtypes lists it)")

@@ -18,8 +18,9 @@ from support import cuda_emulation
 from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_cases, oracle, \
     oracle_case, spec
 
-EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",
-                          "gemm_bf16", "gemm_bf16_nn"]  # plain loads, no atomics; GEMMs: host pass
+EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",  # plain loads, no atomics
+                          "gemm_bf16", "gemm_bf16_nn",  # the wgmma kernel through a host pass of its tile loop
+                          "gemm_fp8", "mx_gemm"]  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
 
 
 @pytest.fixture(scope="module")

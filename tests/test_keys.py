@@ -186,3 +186,16 @@ def test_a_spec_edit_is_named_by_its_component(tmp_path, cpu):
     b = keys.generate_components(spec.model_copy(update={"intent": spec.intent + " Twice."}),
                              generation_view([cpu]), {}, "t1")
     assert keys.differences(a, b) == ["spec.intent changed (1 word)"]
+
+
+def test_changing_a_tensors_format_changes_the_generate_key(tmp_path, cpu):
+    from regen.spec import Spec
+
+    spec = _spec(tmp_path)
+    data = spec.model_dump()
+    data["signature"]["inputs"] = [{"name": "x", "format": "mxfp4", "shape": ["M", "N"]}]
+    data["cases"] = [{**c.model_dump(exclude_none=True), "N": 64} for c in spec.cases]
+    mx4 = Spec.model_validate(data)
+    data["signature"]["inputs"] = [{"name": "x", "format": "mxfp8_e4m3", "shape": ["M", "N"]}]
+    mx8 = Spec.model_validate(data)
+    assert len({_generate_key(s, cpu) for s in (spec, mx4, mx8)}) == 3

@@ -262,3 +262,29 @@ def test_cuda_graph_captures_regen_ops_after_a_warm_up():
     torch.cuda.synchronize()
     torch.testing.assert_close(out, torch.softmax(torch.nn.functional.rms_norm(x, (1024,), w, 1e-6),
                                                   -1), rtol=1e-4, atol=1e-6)
+
+
+def test_packed_format_dims_and_parameter_dependent_shapes_bind_from_the_call():
+    """mx_gemm's b is [N, K * 4 // 8] packed nibbles with [N, K // 32] scales; gemm_fp8's scales
+    are [1 if per_tensor else M]: the op solves K from either and checks the rest."""
+    from regen.export import signature_data
+    from regen.ops.signature import Signature, SignatureError
+    from regen.project import Project
+
+    project = Project(REPO)
+    mx = Signature(signature_data(project.spec("mx_gemm")))
+    u8 = torch.uint8
+    env = mx.bind([torch.empty(3, 64, dtype=u8), torch.empty(3, 2, dtype=u8),
+                   torch.empty(5, 32, dtype=u8), torch.empty(5, 2, dtype=u8)], [])
+    assert (env["M"], env["N"], env["K"]) == (3, 5, 64)
+    with pytest.raises(SignatureError, match=r"b_scale.shape\[1\] is 3, expected K // 32 = 2"):
+        mx.bind([torch.empty(3, 64, dtype=u8), torch.empty(3, 2, dtype=u8),
+                 torch.empty(5, 32, dtype=u8), torch.empty(5, 3, dtype=u8)], [])
+    fp8 = Signature(signature_data(project.spec("gemm_fp8")))
+    a = torch.empty(4, 32, dtype=torch.float8_e4m3fn)
+    b = torch.empty(6, 32, dtype=torch.float8_e4m3fn)
+    rows = fp8.bind([a, b, torch.empty(4), torch.empty(6)], [False])
+    assert (rows["M"], rows["N"], rows["K"]) == (4, 6, 32)
+    assert fp8.bind([a, b, torch.empty(1), torch.empty(1)], [True])["per_tensor"] is True
+    with pytest.raises(SignatureError, match=r"scale_a.shape\[0\] is 1, expected 1 if per_tensor"):
+        fp8.bind([a, b, torch.empty(1), torch.empty(6)], [False])

@@ -184,3 +184,16 @@ def test_request_factory_builds_requests(softmax, cpu):
     assert req.prompt == build_prompt(softmax, cpu, None, "optimise", None, "faster please")
     with pytest.raises(ValueError, match="unknown request purpose"):
         factory("polish", None, None)
+
+
+def test_format_tensors_show_their_storage_buffers_and_the_layout_of_each_format(cpu):
+    spec = load_spec(ROOT / "specs" / "mx_gemm.yaml")
+    text = build_prompt(spec, cpu)
+    assert "- a: uint8[M, K] (mxfp8_e4m3 element codes of the logical [M, K] tensor)" in text
+    assert "- b_scale: uint8[N, K // 32] (mxfp4 E8M0 block scales of the logical [N, K] tensor)" \
+        in text
+    assert "element 2i in the low nibble and 2i+1 in the high nibble" in text  # mxfp4 packing
+    assert "FP8 e4m3 (1 sign, 4 exponent, 3 mantissa bits, bias 7" in text
+    assert "2^(s - 127), s = 255 is NaN" in text
+    plain = build_prompt(load_spec(ROOT / "specs" / "softmax.yaml"), cpu)
+    assert "Block-scaled formats" not in plain  # other prompts are unchanged

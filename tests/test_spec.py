@@ -202,3 +202,80 @@ def test_a_fixed_spec_loads_after_an_error(tmp_path):
         load_spec(path)
     path.write_text(SCALE_SPEC)
     assert load_spec(path).cases[0].sizes == {"M": 1, "N": 1}
+
+
+# -- block-scaled formats --------------------------------------------------------------------------
+
+MX_SPEC = """\
+name: mx
+summary: A block-scaled matrix product.
+intent: |
+  C = A B^T with A and B in an MX format.
+signature:
+  dtypes: [bfloat16]
+  inputs:
+    - {name: a, format: mxfp4, shape: [M, K]}
+    - {name: b, format: mxfp6_e3m2, shape: [N, K]}
+  outputs:
+    - {name: c, shape: [M, N]}
+cases:
+  - {M: 3, N: 5, K: 64}
+tolerance:
+  bfloat16: {atol: 1.0e-2, rtol: 1.0e-2}
+"""
+
+
+def test_a_format_tensor_is_stored_as_packed_data_and_e8m0_scales(tmp_path):
+    spec = load_spec(_write(tmp_path, MX_SPEC, "mx"))
+    sig = spec.signature
+    assert [(t.name, t.dtype, t.storage) for t in sig.inputs] == [
+        ("a", "uint8", "data"), ("a_scale", "uint8", "scale"),
+        ("b", "uint8", "data"), ("b_scale", "uint8", "scale")]
+    case = spec.cases[0]
+    assert [spec.tensor_shape(t, case) for t in sig.inputs] == [[3, 32], [3, 2], [5, 48], [5, 2]]
+    assert sig.inputs[0].logical_shape == ["M", "K"]
+    # bytes moved: the packed storage, not the logical elements
+    assert spec.case_bytes(case) == 3 * 32 + 3 * 2 + 5 * 48 + 5 * 2 + 3 * 5 * 2
+    # the validated form loads again unchanged (memoised and dumped specs round-trip)
+    assert type(spec).model_validate(spec.model_dump()) == spec
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("format: mxfp4", "format: mxfp3"), "signature.inputs[0].format: unknown format 'mxfp3'"),
+    (("format: mxfp4,", "format: mxfp4, dtype: uint8,"), "leave dtype out"),
+    (("{M: 3, N: 5, K: 64}", "{M: 3, N: 5, K: 40}"),
+     "cases[0]: a (mxfp4) has last dimension K = 40, not a multiple of 32"),
+    (("shape: [M, K]}\n    - {name: b", "shape: [M, 48]}\n    - {name: b"),
+     "the last dimension 48 is not a multiple of 32"),
+    (("{name: c, shape: [M, N]}", "{name: c, shape: [M, N]}\n    - {name: a_scale, shape: [M]}"),
+     "name 'a_scale' is used twice"),
+])
+def test_a_bad_format_declaration_is_one_line_naming_the_field(tmp_path, edit, message):
+    with pytest.raises(InputError) as err:
+        load_spec(_write(tmp_path, MX_SPEC.replace(*edit), "mx"))
+    assert message in str(err.value) and "mx.yaml" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_hand_written_storage_that_differs_from_the_format_is_refused(tmp_path):
+    from regen.spec import Signature
+
+    sig = load_spec(_write(tmp_path, MX_SPEC, "mx")).signature.model_dump()
+    sig["inputs"][1]["shape"] = ["M", "K // 16"]
+    with pytest.raises(ValueError, match="storage buffers differ from what format mxfp4 derives"):
+        Signature.model_validate(sig)
+
+
+def test_profile_compute_names_the_flops_peak_that_bounds_the_case():
+    """gemm_fp8 writes bf16 but computes in e4m3: its roofline uses the target's flops_float8."""
+    from regen.profile import floor_terms
+    from regen.target import load_target
+
+    spec = load_spec(ROOT / "specs" / "gemm_fp8.yaml")
+    h200 = load_target(ROOT / "targets" / "h200.yaml")
+    case = next(c for c in spec.bench_cases() if c.sizes == {"M": 8192, "N": 8192, "K": 8192})
+    seconds, bound, peak = max(floor_terms(spec, h200, case), key=lambda t: t[0])
+    assert bound == "compute" and peak is h200.peak("flops_float8")
+    assert seconds == pytest.approx(2 * 8192 ** 3 / h200.peak("flops_float8").value)
+    plain = spec.model_copy(update={"profile": spec.profile.model_copy(update={"compute": None})})
+    assert max(floor_terms(plain, h200, case), key=lambda t: t[0])[2] is h200.peak("flops_bfloat16")

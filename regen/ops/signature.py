@@ -9,6 +9,8 @@ call and a fake (meta) one under torch.compile with dynamic shapes.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import ast
 
 from ..expr import parse
@@ -50,10 +52,12 @@ def _eval(node, env, text):
         return _SHAPE_OPS[type(node.op)](_eval(node.left, env, text), _eval(node.right, env, text))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval(node.operand, env, text)
+    if isinstance(node, ast.IfExp):  # on a parameter: "1 if per_tensor else M"
+        return _eval(node.body if _eval(node.test, env, text) else node.orelse, env, text)
     if isinstance(node, ast.Call) and getattr(node.func, "id", None) in _SHAPE_FUNCTIONS:
         return _SHAPE_FUNCTIONS[node.func.id](*(_eval(a, env, text) for a in node.args))
-    raise SignatureError(f"shape expression {text!r}: only + - * // % ceil_div min max are "
-                         "supported in a shape")
+    raise SignatureError(f"shape expression {text!r}: only + - * // % ceil_div min max and "
+                         "`a if p else b` are supported in a shape")
 
 
 def _names(text) -> set[str]:
@@ -62,6 +66,9 @@ def _names(text) -> set[str]:
     tree = parse(str(text))
     funcs = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - funcs
+
+
+_PROBE = 3 * 2**10  # a multiple of the MX block (32) and of every packing ratio
 
 
 class Signature:
@@ -147,6 +154,9 @@ class Signature:
                 raise SignatureError(f"{op}: {spec['name']} is on {t.device}, "
                                      f"{self.inputs[0]['name']} on {device} (one device per call)")
         env: dict = {}
+        # parameters first: a shape may depend on one ("1 if per_tensor else M")
+        for i, p in enumerate(self.params):  # torch passes a Python kernel no trailing defaults
+            env[p["name"]] = params[i] if i < len(params) else p.get("default")
         origin: dict = {}  # symbol -> the dimension it was read from (for messages)
         pending = [(spec, i) for spec in self.inputs for i in range(len(spec["shape"]))]
         progress = True
@@ -163,8 +173,6 @@ class Signature:
             spec, i = pending[0]
             raise SignatureError(f"{op}: cannot tell the symbols of {spec['name']}.shape[{i}] "
                                  f"= {spec['shape'][i]!r} from the inputs")
-        for i, p in enumerate(self.params):  # torch passes a Python kernel no trailing defaults
-            env[p["name"]] = params[i] if i < len(params) else p.get("default")
         env["T"] = T
         return env
 
@@ -177,13 +185,14 @@ class Signature:
             origin[dim.strip()] = f"{spec['name']}.shape[{i}]"
             return True
         if len(unknown) == 1:  # solve an affine dimension such as "2 * N" for its one symbol
-            (name,) = unknown
+            (name,) = unknown  # probed at a multiple of every packing ("K * 4 // 8", "K // 32")
             b = shape_eval(dim, {**env, name: 0})
-            a = shape_eval(dim, {**env, name: 1}) - b
+            a = Fraction(shape_eval(dim, {**env, name: _PROBE}) - b, _PROBE)
             if a == 0:
                 return False
-            value = (size - b) // a
-            if shape_eval(dim, {**env, name: value}) != size or value < 0:
+            value = (size - b) / a
+            value = int(value) if value.denominator == 1 else -1
+            if value < 0 or shape_eval(dim, {**env, name: value}) != size:
                 raise SignatureError(f"{self.label}: {spec['name']}.shape[{i}] is {size}, "
                                      f"which is not {dim} for any integer {name}")
             env[name] = value

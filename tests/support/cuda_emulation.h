@@ -133,6 +133,13 @@ inline void emu_warp_barrier() {
   if (++e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; return; }
   while (e->wgen[w] == g) emu_yield();
 }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / 32] != 32) {
+    fprintf(stderr, "emu: __syncwarp without the full warp\n");
+    abort();
+  }
+  emu_warp_barrier();
+}
 template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   Emu* e = g_emu;
   unsigned me = emu_lin();
