@@ -99,6 +99,7 @@ EMULATED_SHAPES = [
     {"B": 1, "Hkv": 1, "G": 1, "S": 383, "D": 64, "params": {"causal": False, "scale": 0.125}},
     {"B": 1, "Hkv": 1, "G": 1, "S": 520, "D": 128, "params": {"scale": 0.3}},
     {"B": 1, "Hkv": 1, "G": 2, "S": 33, "D": 200, "params": {"causal": False}},
+    {"B": 2, "Hkv": 1, "G": 1, "S": 21, "D": 320},  # the fallback's two d slices
 ]
 
 
