@@ -86,46 +86,47 @@ def _math(q, k, v, case):
     return {"out": out.to(q.dtype), "lse": lse}
 
 
+def _fused(backend, q, k, v, causal, scale):
+    """(out, lse) from one fused SDPA backend's aten op (the call autograd's forward makes)."""
+    aten, names = torch.ops.aten, torch.nn.attention.SDPBackend
+    if backend == int(names.FLASH_ATTENTION):
+        out, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False,
+                                                            scale=scale)[:2]
+    elif backend == int(names.CUDNN_ATTENTION):
+        out, lse = aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal,
+                                                            False, scale=scale)[:2]
+    elif backend == int(names.EFFICIENT_ATTENTION):
+        out, lse = aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal,
+                                                                scale=scale)[:2]
+    else:
+        raise RuntimeError(f"no fused SDPA backend ({backend})")
+    lse = lse.reshape(*out.shape[:2], -1)[..., :out.shape[2]]
+    return {"out": out.contiguous(), "lse": lse.float().contiguous()}
+
+
 def baseline(inputs, case):
     """What a user runs without regen for a training forward (out and lse): the fused SDPA
     backend torch picks for these tensors (torch._fused_sdp_choice), called through the aten op
-    that returns lse as autograd's forward does; K/V heads expanded where that backend has no
-    grouped-query support. The math path when no fused backend answers."""
+    that returns lse as autograd's forward does, on the grouped K/V heads, or expanded ones when
+    that op refuses them. The math path only when no fused backend answers (CPU tensors: torch's
+    CPU flash kernel)."""
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     scale, causal, grp = float(case.params["scale"]), bool(case.params["causal"]), case.sizes["G"]
-    aten = torch.ops.aten
-    try:
-        if q.device.type == "cpu":
-            ke, ve = k.repeat_interleave(grp, dim=1), v.repeat_interleave(grp, dim=1)
-            out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
-                q, ke, ve, 0.0, causal, scale=scale)[:2]
-            return {"out": out.contiguous(), "lse": lse.float().contiguous()}
-        choice = int(torch._fused_sdp_choice(q, k, v, None, 0.0, causal, scale=scale,
-                                             enable_gqa=grp > 1))
-        names = torch.nn.attention.SDPBackend
-        if choice == int(names.FLASH_ATTENTION):
-            out, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False,
-                                                                scale=scale)[:2]
-            return {"out": out.contiguous(), "lse": lse.float().contiguous()}
+    if q.device.type == "cpu":
         ke, ve = k.repeat_interleave(grp, dim=1), v.repeat_interleave(grp, dim=1)
-        if choice == int(names.CUDNN_ATTENTION):
-            out, lse = aten._scaled_dot_product_cudnn_attention(q, ke, ve, None, True, 0.0, causal,
-                                                                False, scale=scale)[:2]
-            return {"out": out.contiguous(), "lse": lse.reshape(out.shape[:3]).float().contiguous()}
-        if choice == int(names.EFFICIENT_ATTENTION):
-            out, lse = aten._scaled_dot_product_efficient_attention(q, ke, ve, None, True, 0.0,
-                                                                    causal, scale=scale)[:2]
-            return {"out": out.contiguous(), "lse": lse[..., :out.shape[2]].float().contiguous()}
-    except (RuntimeError, TypeError, AttributeError):
-        pass
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, ke, ve, 0.0, causal, scale=scale)[:2]
+        return {"out": out.contiguous(), "lse": lse.float().contiguous()}
+    try:
+        backend = int(torch._fused_sdp_choice(q, k, v, None, 0.0, causal, scale=scale,
+                                              enable_gqa=grp > 1))
+    except (TypeError, AttributeError, RuntimeError):  # a torch without the choice or GQA in it
+        backend = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
+    for expand in ((False, True) if grp > 1 else (False,)):
+        kk = k.repeat_interleave(grp, dim=1) if expand else k
+        vv = v.repeat_interleave(grp, dim=1) if expand else v
+        try:
+            return _fused(backend, q, kk, vv, causal, scale)
+        except RuntimeError:
+            continue
     return _math(q, k, v, case)
-
-
-def sdpa_backend(inputs, case) -> str:
-    """The SDPA backend torch picks for these tensors (for reports: benchmarks name it)."""
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    choice = torch._fused_sdp_choice(q, k, v, None, 0.0, bool(case.params["causal"]),
-                                     scale=float(case.params["scale"]),
-                                     enable_gqa=case.sizes["G"] > 1)
-    return torch.nn.attention.SDPBackend(choice).name
-
