@@ -91,7 +91,8 @@ def test_baseline_returns_out_and_lse_within_tolerance_on_cpu():
 
 
 # Tile boundaries of the h200 recipe (128-row query and key tiles, a 2-stage ring, so 3+ key
-# tiles reuse a stage), each fast path and the fallback, causal and not, GQA and batches.
+# tiles reuse a stage, persistent blocks that take several tiles), each fast path and the
+# fallback, causal and not, GQA and batches.
 EMULATED_SHAPES = [
     {"B": 1, "Hkv": 1, "G": 2, "S": 128, "D": 64},
     {"B": 2, "Hkv": 1, "G": 1, "S": 129, "D": 128, "params": {"causal": False}},
@@ -100,6 +101,9 @@ EMULATED_SHAPES = [
     {"B": 1, "Hkv": 1, "G": 1, "S": 520, "D": 128, "params": {"scale": 0.3}},
     {"B": 1, "Hkv": 1, "G": 2, "S": 33, "D": 200, "params": {"causal": False}},
     {"B": 2, "Hkv": 1, "G": 1, "S": 21, "D": 320},  # the fallback's two d slices
+    # more work tiles than the 132 persistent blocks: blocks take 2-3 tiles of unequal length
+    {"B": 2, "Hkv": 2, "G": 18, "S": 200, "D": 64},
+    {"B": 1, "Hkv": 2, "G": 25, "S": 300, "D": 128, "params": {"causal": False}},
 ]
 
 
@@ -110,7 +114,16 @@ def emulated(tmp_path_factory):
     return ctypes.CDLL(str(cuda_emulation.build(source, tmp_path_factory.mktemp("attention"))))
 
 
-@pytest.mark.parametrize("fields", EMULATED_SHAPES, ids=lambda f: "S{S}-D{D}".format(**f))
+def _shape_params():
+    out = []
+    for f in EMULATED_SHAPES:
+        tiles = f["B"] * f["Hkv"] * f["G"] * -(-f["S"] // 128)
+        out.append(pytest.param(f, id="S{S}-D{D}".format(**f),
+                                marks=[pytest.mark.slow] if tiles > 132 else []))
+    return out
+
+
+@pytest.mark.parametrize("fields", _shape_params())
 def test_h200_source_matches_oracle_at_tile_boundaries_under_emulation(emulated, fields):
     case = _case(**fields)
     view, x = _inputs(case, seed=3)
