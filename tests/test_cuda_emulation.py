@@ -20,7 +20,8 @@ from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_c
 
 EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",  # plain loads, no atomics
                           "gemm_bf16", "gemm_bf16_nn",  # the wgmma kernel through a host pass of its tile loop
-                          "gemm_fp8", "mx_gemm"]  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
+                          "gemm_fp8", "mx_gemm",  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
+                          "attention"]  # wgmma, cp.async and mbarriers through their host-pass meaning
 
 
 @pytest.fixture(scope="module")

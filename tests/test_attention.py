@@ -1,0 +1,155 @@
+"""attention (specs/attention.yaml): the float64 oracle against torch, its invariant checks, the
+causal compute floor, and the committed h200 source under the CUDA emulation on the shapes at its
+tile boundaries (the wgmma, cp.async and mbarrier primitives run their host-pass meaning there),
+including proof that the emulated wgmma really reads through the 128-byte swizzle."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from regen.spec import Case
+from support import cuda_emulation
+from support.library import assert_matches, committed, excess, oracle, oracle_case, spec
+
+
+def _case(**fields) -> Case:
+    params = fields.pop("params", {})
+    return Case.model_validate({**fields, "params": params})
+
+
+def _inputs(case, seed=0):
+    view = oracle_case(spec("attention"), case)
+    return view, oracle("attention").make_inputs(view, seed)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_reference_matches_torch_sdpa_with_grouped_heads(causal):
+    import torch
+    case = _case(B=2, Hkv=2, G=4, S=37, D=16, params={"causal": causal, "scale": 0.3})
+    view, x = _inputs(case)
+    ref = oracle("attention").reference(x, view)
+    q, k, v = (x[n].to(torch.float64) for n in ("q", "k", "v"))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1), is_causal=causal, scale=0.3)
+    assert torch.allclose(ref["out"], want, atol=1e-12, rtol=1e-12)
+    s = (q @ k.repeat_interleave(4, dim=1).transpose(-1, -2)) * 0.3
+    if causal:
+        s = s.masked_fill(torch.ones(37, 37, dtype=torch.bool).triu(1), float("-inf"))
+    assert torch.allclose(ref["lse"], torch.logsumexp(s, dim=-1), atol=1e-12, rtol=1e-12)
+    assert ref["lse"].shape == (2, 8, 37)
+
+
+def test_causal_mask_hides_later_keys():
+    """Row i of a causal output does not change when keys and values after i do."""
+    case = _case(B=1, Hkv=1, G=1, S=9, D=8, params={"causal": True})
+    view, x = _inputs(case)
+    a = oracle("attention").reference(x, view)
+    x2 = {n: t.clone() for n, t in x.items()}
+    x2["k"][:, :, 5:] = 7.0
+    x2["v"][:, :, 5:] = -3.0
+    b = oracle("attention").reference(x2, view)
+    assert bool((a["out"][:, :, :5] == b["out"][:, :, :5]).all())
+    assert not bool((a["out"][:, :, 5:] == b["out"][:, :, 5:]).all())
+
+
+def test_check_names_each_broken_invariant():
+    import torch
+    case = _case(B=1, Hkv=1, G=2, S=20, D=16, params={"causal": True})
+    view, x = _inputs(case)
+    o = oracle("attention")
+    good = o.reference(x, view)
+    good = {"out": good["out"].to(torch.bfloat16), "lse": good["lse"].float()}
+    assert o.check(x, good, view) == []
+    bad_out = dict(good, out=good["out"].clone())
+    bad_out["out"][0, 1, 3, 2] = 50.0
+    assert [m.split(":")[0] for m in o.check(x, bad_out, view)] == ["convex_combination"]
+    bad_lse = dict(good, lse=good["lse"] - 1.0)
+    assert [m.split(":")[0] for m in o.check(x, bad_lse, view)] == ["lse_bounds"]
+
+
+def test_compute_floor_counts_only_unmasked_pairs():
+    s = spec("attention")
+    causal = _case(B=2, Hkv=8, G=4, S=1024, D=128)
+    full = _case(B=2, Hkv=8, G=4, S=1024, D=128, params={"causal": False})
+    assert s.case_flops(full) == 4 * 2 * 32 * 128 * 1024 * 1024
+    assert s.case_flops(causal) == 4 * 2 * 32 * 128 * (1024 * 1025 // 2)
+
+
+def test_baseline_returns_out_and_lse_within_tolerance_on_cpu():
+    import torch
+    s = spec("attention")
+    case = _case(B=1, Hkv=2, G=2, S=70, D=64, dtype="bfloat16", params={"scale": 0.125})
+    view, x = _inputs(case)
+    got = oracle("attention").baseline(x, view)
+    ref = oracle("attention").reference(x, view)
+    assert got["out"].dtype == torch.bfloat16 and got["lse"].dtype == torch.float32
+    assert got["lse"].is_contiguous()
+    assert excess(got["out"], ref["out"], s.case_tolerance(case)) <= 1
+    assert excess(got["lse"], ref["lse"], s.case_tolerance(case)) <= 1
+
+
+# Tile boundaries of the h200 recipe (128-row query and key tiles, a 2-stage ring, so 3+ key
+# tiles reuse a stage, persistent blocks that take several tiles), each fast path and the
+# fallback, causal and not, GQA and batches.
+EMULATED_SHAPES = [
+    {"B": 1, "Hkv": 1, "G": 2, "S": 128, "D": 64},
+    {"B": 2, "Hkv": 1, "G": 1, "S": 129, "D": 128, "params": {"causal": False}},
+    {"B": 1, "Hkv": 2, "G": 2, "S": 256, "D": 128},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 383, "D": 64, "params": {"causal": False, "scale": 0.125}},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 520, "D": 128, "params": {"scale": 0.3}},
+    {"B": 1, "Hkv": 1, "G": 2, "S": 33, "D": 200, "params": {"causal": False}},
+    {"B": 2, "Hkv": 1, "G": 1, "S": 21, "D": 320},  # the fallback's two d slices
+    # more work tiles than the 132 persistent blocks: blocks take 2-3 tiles of unequal length
+    {"B": 2, "Hkv": 2, "G": 18, "S": 200, "D": 64},
+    {"B": 1, "Hkv": 2, "G": 25, "S": 300, "D": 128, "params": {"causal": False}},
+]
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    cuda_emulation.skip_unless_available()
+    source, _ = committed("attention", "h200")
+    return ctypes.CDLL(str(cuda_emulation.build(source, tmp_path_factory.mktemp("attention"))))
+
+
+def _shape_params():
+    out = []
+    for f in EMULATED_SHAPES:
+        tiles = f["B"] * f["Hkv"] * f["G"] * -(-f["S"] // 128)
+        out.append(pytest.param(f, id="S{S}-D{D}".format(**f),
+                                marks=[pytest.mark.slow] if tiles > 132 else []))
+    return out
+
+
+@pytest.mark.parametrize("fields", _shape_params())
+def test_h200_source_matches_oracle_at_tile_boundaries_under_emulation(emulated, fields):
+    case = _case(**fields)
+    view, x = _inputs(case, seed=3)
+    pristine = {n: t.clone() for n, t in x.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated, "attention", case, x)
+    assert not changed
+    want = 64 if fields["D"] == 64 else 128 if fields["D"] == 128 else None
+    assert ran == [f"attention_fa3_d{want}_bf16" if want else "attention_rows_bf16"]
+    assert_matches(outputs, oracle("attention").reference(pristine, view),
+                   spec("attention").case_tolerance(case), f"{ran}: ")
+
+
+def test_emulated_wgmma_reads_through_the_swizzle(tmp_path):
+    """The emulation is a real check of the shared-memory layout: the same source with its tiles
+    placed unswizzled computes wrong outputs, because the emulated wgmma reads each operand
+    through the descriptor's 128-byte swizzle as the tensor cores do."""
+    cuda_emulation.skip_unless_available()
+    source, _ = committed("attention", "h200")
+    placed = "return row * 128u + ((chunk ^ (row & 7u)) << 4);"
+    assert placed in source
+    plain = source.replace(placed, "return row * 128u + (chunk << 4);")
+    lib = ctypes.CDLL(str(cuda_emulation.build(plain, tmp_path / "plain")))
+    case = _case(B=1, Hkv=1, G=1, S=64, D=64)
+    view, x = _inputs(case)
+    pristine = {n: t.clone() for n, t in x.items()}
+    outputs, _, ran = cuda_emulation.run(lib, "attention", case, x)
+    assert ran == ["attention_fa3_d64_bf16"]
+    assert excess(outputs["out"], oracle("attention").reference(pristine, view)["out"],
+                  spec("attention").case_tolerance(case)) > 1
