@@ -30,9 +30,9 @@ for step in $steps; do
       done ;;
     bench) python3 -m regen.cli bench --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
-    variants:*)  # variants:KERNEL runs benchmarks/variants.py on every folder under variants/KERNEL
+    variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
       k=${step#variants:}
-      python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
+      python3 benchmarks/variants.py "$k" --target h200 committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
     pick:*)  # pick:KERNEL accepts the fastest of variants/KERNEL/* as handoffs/KERNEL@h200
       k=${step#pick:}
       python3 -m regen.cli handoff "$k" --target h200 >/dev/null &&

@@ -18,7 +18,9 @@ from support import cuda_emulation
 from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_cases, oracle, \
     oracle_case, spec
 
-EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention"]  # plain loads, no atomics
+EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",
+                          "rmsnorm_bwd", "layernorm_bwd", "swiglu_bwd", "rope_bwd", "cross_entropy_bwd",
+                          "fused_linear_cross_entropy"]  # plain loads, no atomics, no inline PTX
 
 
 @pytest.fixture(scope="module")
