@@ -64,6 +64,47 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
         assert o.check(pristine, outputs, view) == []
 
 
+def _variant_params():
+    """Every variant folder under variants/<kernel>/ (what `h200_run.sh variants:K` times) with the
+    kernel's correctness cases and edge shapes."""
+    out = []
+    for folder in sorted((ROOT / "variants").glob("*/*/launch.yaml")):
+        kernel, name = folder.parent.parent.name, folder.parent.name
+        s = spec(kernel)
+        cases = [*s.correctness_cases(), *edge_cases(kernel)]
+        out += [pytest.param(kernel, folder.parent, i, id=f"{kernel}-{name}-{c.label(s.signature.dtypes[0])}")
+                for i, c in enumerate(cases)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def emulated_variant(tmp_path_factory):
+    """variant folder -> its source built against the emulation (built on first use)."""
+    cuda_emulation.skip_unless_available()
+
+    class Built(dict):
+        def __missing__(self, folder):
+            source = next(p for p in sorted(folder.glob("kernel.*"))).read_text()
+            self[folder] = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path_factory.mktemp(folder.name))))
+            return self[folder]
+
+    return Built()
+
+
+@pytest.mark.parametrize("kernel,folder,index", _variant_params())
+def test_variant_cuda_matches_oracle_under_emulation(emulated_variant, kernel, folder, index):
+    """A variant kept for timing on the device is held to the committed kernel's checks before it
+    gets there: every spec case and edge shape against the oracle, inputs untouched."""
+    s, o = spec(kernel), oracle(kernel)
+    case = [*s.correctness_cases(), *edge_cases(kernel)][index]
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated_variant[folder], kernel, case, inputs, folder)
+    assert not changed, f"inputs modified: {changed}"
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+
+
 def _run_in_child(so):
     """The committed swiglu recipe run on the emulated library `so` in a child process (a fault
     there does not take pytest down)."""

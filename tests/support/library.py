@@ -74,11 +74,11 @@ def _tried(kernel: str, target_name: str) -> Path | None:
     return Path(folder) if folder else None
 
 
-def committed(kernel: str, target_name: str) -> tuple[str, Recipe]:
+def committed(kernel: str, target_name: str, folder: Path | None = None) -> tuple[str, Recipe]:
     """(source, parsed launch recipe) of the implementation cache/ holds for kernel@target (or of
-    the $REGEN_TRY_<KERNEL> folder, for h200). A missing one fails the test that asks: the library
-    promises every kernel on cpu and h200."""
-    return _read(kernel, target_name, _tried(kernel, target_name))
+    the $REGEN_TRY_<KERNEL> folder, for h200; or of `folder`, a variant). A missing one fails the
+    test that asks: the library promises every kernel on cpu and h200."""
+    return _read(kernel, target_name, folder or _tried(kernel, target_name))
 
 
 @lru_cache(maxsize=None)
@@ -93,10 +93,11 @@ def _read(kernel: str, target_name: str, folder: Path | None) -> tuple[str, Reci
     return entry.source(), parse_recipe(entry.recipe(), f"cache/{kernel}/{target_name}/launch.yaml")
 
 
-def bound(kernel: str, target_name: str, case: Case):
-    """The committed recipe bound to one case: (launches, recipe, env)."""
+def bound(kernel: str, target_name: str, case: Case, folder: Path | None = None):
+    """The committed recipe (or that of the variant in `folder`) bound to one case:
+    (launches, recipe, env)."""
     s = spec(kernel)
-    recipe = committed(kernel, target_name)[1]
+    recipe = committed(kernel, target_name, folder)[1]
     env = s.case_env(case)
     buffers = {t.name for t in s.signature.tensors} | set(workspace_shapes(recipe, env))
     return bind(recipe, env, buffers, env["T"]), recipe, env
