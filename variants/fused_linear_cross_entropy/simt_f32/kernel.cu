@@ -2,10 +2,10 @@
 // chunked over the vocabulary so the [N, V] logits never exist: a [N, min(V, 8192)] float32
 // chunk workspace, a float32 [N, H] dhidden accumulator and three floats per token.
 //
-// The GEMMs are a plain tiled float32 SIMT kernel (64 x 64 tiles, K in steps of 16 through shared
-// memory, 4 x 4 outputs per thread, T inputs widened to float32): correct for every shape and
-// checkable under the CUDA emulation, but far from the tensor cores (no wgmma / mma.sync yet), so
-// this kernel is compute-bound well below the H200's bf16 peak. Launches (launch.yaml, one set per
+// Variant simt_f32: every GEMM on a plain tiled float32 SIMT kernel (64 x 64 tiles, K in steps of
+// 16 through shared memory, 4 x 4 outputs per thread, T inputs widened to float32, G kept in
+// float32), no inline PTX: the fallback to pick if the committed mma.sync kernel fails on the
+// device, at a fraction of its speed (compute-bound far below the H200's bf16 peak). Launches (launch.yaml, one set per
 // 8192-column chunk c0, the recipe unrolls the chunks up to V = 262144):
 //   pass 1, per chunk: flce_logits (L = h @ W[c0:c0+cols]^T), flce_stats (per token an online
 //     (max, sum of exp) merged into the running pair; the target's logit when it is in the chunk)
