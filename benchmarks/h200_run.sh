@@ -2,7 +2,7 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench variants:K pick:K ops tests tests:FILE,..
+#   steps: env ceilings verify verify:K,.. each:K,.. bench variants:K pick:K ops backward tests tests:FILE,..
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
 # Carry .whl (pydantic, diskcache, the pinned CUDA header wheels, cuobjdump/nvdisasm).
@@ -30,9 +30,9 @@ for step in $steps; do
       done ;;
     bench) python3 -m regen.cli bench --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
-    variants:*)  # variants:KERNEL runs benchmarks/variants.py on every folder under variants/KERNEL
+    variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
       k=${step#variants:}
-      python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
+      python3 benchmarks/variants.py "$k" --target h200 committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
     pick:*)  # pick:KERNEL accepts the fastest of variants/KERNEL/* as handoffs/KERNEL@h200
       k=${step#pick:}
       python3 -m regen.cli handoff "$k" --target h200 >/dev/null &&
@@ -40,6 +40,7 @@ for step in $steps; do
         --pick-into handoffs/"$k"@h200 2>&1 | tee -a "$OUT/variants.log" &&
       python3 -m regen.cli accept handoffs/"$k"@h200 --author "${REGEN_AUTHOR:?}" 2>&1 | tee -a "$OUT/variants.log" ;;
     ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
+    backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu-tests.log" ;;
     tests:*)  # tests:tests/test_runtime_cuda.py,tests/test_redteam.py runs those GPU tests only
       python3 -m pytest -m gpu -q -p no:cacheprovider $(echo "${step#tests:}" | tr , ' ') 2>&1 \

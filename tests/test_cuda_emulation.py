@@ -19,6 +19,8 @@ from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_c
     oracle_case, spec
 
 EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",  # plain loads, no atomics
+                          "rmsnorm_bwd", "layernorm_bwd", "swiglu_bwd", "rope_bwd", "cross_entropy_bwd",
+                          "fused_linear_cross_entropy",  # mma.sync through the header's fragment model
                           "gemm_bf16", "gemm_bf16_nn",  # the wgmma kernel through a host pass of its tile loop
                           "gemm_fp8", "mx_gemm",  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
                           "attention"]  # wgmma, cp.async and mbarriers through their host-pass meaning
@@ -63,6 +65,47 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
     assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
     if hasattr(o, "check"):  # check() is optional in the oracle contract
         assert o.check(pristine, outputs, view) == []
+
+
+def _variant_params():
+    """Every variant folder under variants/<kernel>/ (what `h200_run.sh variants:K` times) with the
+    kernel's correctness cases and edge shapes."""
+    out = []
+    for folder in sorted((ROOT / "variants").glob("*/*/launch.yaml")):
+        kernel, name = folder.parent.parent.name, folder.parent.name
+        s = spec(kernel)
+        cases = [*s.correctness_cases(), *edge_cases(kernel)]
+        out += [pytest.param(kernel, folder.parent, i, id=f"{kernel}-{name}-{c.label(s.signature.dtypes[0])}")
+                for i, c in enumerate(cases)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def emulated_variant(tmp_path_factory):
+    """variant folder -> its source built against the emulation (built on first use)."""
+    cuda_emulation.skip_unless_available()
+
+    class Built(dict):
+        def __missing__(self, folder):
+            source = next(p for p in sorted(folder.glob("kernel.*"))).read_text()
+            self[folder] = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path_factory.mktemp(folder.name))))
+            return self[folder]
+
+    return Built()
+
+
+@pytest.mark.parametrize("kernel,folder,index", _variant_params())
+def test_variant_cuda_matches_oracle_under_emulation(emulated_variant, kernel, folder, index):
+    """A variant kept for timing on the device is held to the committed kernel's checks before it
+    gets there: every spec case and edge shape against the oracle, inputs untouched."""
+    s, o = spec(kernel), oracle(kernel)
+    case = [*s.correctness_cases(), *edge_cases(kernel)][index]
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated_variant[folder], kernel, case, inputs, folder)
+    assert not changed, f"inputs modified: {changed}"
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
 
 
 def _run_in_child(so):

@@ -109,6 +109,7 @@ struct Emu {
   std::vector<unsigned> wlive, warrived;
   std::vector<unsigned long> wgen;
   std::vector<uint64_t> slot;
+  std::vector<unsigned> frag;  // 6 words per thread: the operand fragments of an emulated mma.sync
   void* fn; int64_t ints[10]; float flts[4];
 };
 extern Emu* g_emu;
@@ -158,6 +159,43 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   return r;
 }
 
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, d += a * b over one warp, with
+// the fragment layouts of the PTX ISA (groupID g = lane / 4, t = lane % 4): A (16 x 16, row-major)
+// reg 0 = A[g][2t..2t+1], 1 = A[g+8][2t..], 2 = A[g][2t+8..], 3 = A[g+8][2t+8..]; B (16 x 8, k by
+// n) reg 0 = B[2t..2t+1][g], 1 = B[2t+8..2t+9][g]; D (16 x 8) d0,d1 = D[g][2t..2t+1], d2,d3 =
+// D[g+8][2t..]; the lower half-word of a register is the lower index. A kernel reaches this model
+// from the `#else` branch of its `#ifdef __CUDA_ARCH__` inline PTX.
+inline float emu_half_bits(unsigned h, bool f16) {
+  return f16 ? __half2float(__half{uint16_t(h)}) : __uint_as_float(h << 16);
+}
+inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, bool f16) {
+  Emu* e = g_emu;
+  unsigned me = emu_lin();
+  if (e->wlive[me / 32] != 32) {
+    fprintf(stderr, "emu: mma.sync without the full warp\n");
+    abort();
+  }
+  for (int i = 0; i < 4; ++i) e->frag[me * 6 + i] = a[i];
+  for (int i = 0; i < 2; ++i) e->frag[me * 6 + 4 + i] = b[i];
+  emu_warp_barrier();
+  const unsigned base = me & ~31u, lane = me & 31u, g = lane / 4, t = lane % 4;
+  auto A = [&](unsigned r, unsigned k) {
+    unsigned reg = (k >= 8 ? 2 : 0) + (r >= 8 ? 1 : 0);
+    unsigned w = e->frag[(base + (r % 8) * 4 + (k % 8) / 2) * 6 + reg];
+    return emu_half_bits(k % 2 ? w >> 16 : w & 0xffffu, f16);
+  };
+  auto B = [&](unsigned k, unsigned n) {
+    unsigned w = e->frag[(base + n * 4 + (k % 8) / 2) * 6 + 4 + (k >= 8 ? 1 : 0)];
+    return emu_half_bits(k % 2 ? w >> 16 : w & 0xffffu, f16);
+  };
+  for (int i = 0; i < 4; ++i) {
+    unsigned r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i % 2);
+    float acc = d[i];
+    for (unsigned k = 0; k < 16; ++k) acc = fmaf(A(r, k), B(k, n), acc);
+    d[i] = acc;
+  }
+  emu_warp_barrier();
+}
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
 typedef void (*UniversalFn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -190,6 +228,7 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   e.f.resize(nt);
   for (auto& fb : e.f) fb.stack.resize(64 * 1024);
   e.slot.assign(nt, 0);
+  e.frag.assign(size_t(nt) * 6, 0);
   for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
       for (unsigned x = 0; x < gx; ++x) {

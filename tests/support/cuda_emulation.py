@@ -88,12 +88,14 @@ class GuardedBuffer:
                                                                .element_size()].view(dtype).reshape(shape)
 
 
-def run(lib, kernel: str, case, inputs: dict):
+def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None):
     """The committed h200 recipe's launches on guarded, NaN-poisoned buffers (workspaces zeroed
-    where the recipe asks). Returns (outputs, names of inputs the kernels changed, kernels run)."""
+    where the recipe asks; an in-place output is its input's buffer, as the judge passes it).
+    `folder`: a variant's (kernel source + launch.yaml) recipe instead of the committed one.
+    Returns (outputs, names of inputs the kernels changed other than in place, kernels run)."""
     import torch
     s = library.spec(kernel)
-    launches, recipe, env = library.bound(kernel, "h200", case)
+    launches, recipe, env = library.bound(kernel, "h200", case, folder)
     keep, bufs = [], {}
 
     def buffer(name, shape, dtype, fill):
@@ -105,6 +107,8 @@ def run(lib, kernel: str, case, inputs: dict):
     for name, x in inputs.items():
         buffer(name, list(x.shape), x.dtype, x)
     for t in s.signature.outputs:
+        if t.inplace_of:
+            continue
         buffer(t.name, s.tensor_shape(t, case), getattr(torch, s.tensor_dtype(t, case)), float("nan"))
     for name, (dtype, shape, zero) in workspace_shapes(recipe, env).items():
         buffer(name, shape, getattr(torch, dtype), 0.0 if zero else float("nan"))
@@ -116,7 +120,8 @@ def run(lib, kernel: str, case, inputs: dict):
         fn = ctypes.cast(getattr(lib, launch.kernel), ctypes.c_void_p).value
         lib.emu_launch(ctypes.c_void_p(fn), *[ctypes.c_uint(v) for v in (*launch.grid, *launch.block)],
                        len(ints), (ctypes.c_int64 * 10)(*ints), len(flts), (ctypes.c_float * 4)(*flts))
-    outputs = {t.name: bufs[t.name].clone() for t in s.signature.outputs}
-    changed = [k for k, x in inputs.items() if not torch.equal(bufs[k], x)]
+    outputs = {t.name: bufs[t.inplace_of or t.name].clone() for t in s.signature.outputs}
+    in_place = {t.inplace_of for t in s.signature.outputs}
+    changed = [k for k, x in inputs.items() if k not in in_place and not torch.equal(bufs[k], x)]
     return outputs, changed, [launch.kernel for launch in launches]
 

@@ -25,6 +25,14 @@ ROW_KERNELS = ["softmax", "rmsnorm", "layernorm", "swiglu"]
 ROW_EDGES = [1, 2, 8, 255, 256, 257, 1024, 1025, 2048, 2047, 4096, 4097, 8192, 8200, 16384,
              16385, 32768, 32769, 36864, 36872]
 SWIGLU_EDGES = [1, 2, 4, 8, 12, 4095, 4096, 4097, 2048, 2049, 8192, 8200]
+# The backward norms: register-row variants up to 1024 / 4096 / 8192 and the re-reading long rows
+NORM_BWD_EDGES = [8, 1024, 1032, 1025, 4096, 4104, 4097, 8192, 8200, 8201, 16384]
+# rope / rope_bwd: more batch entries than one block takes (8), more (head, vector) items than
+# threads, D / 2 odd or not a whole number of vectors
+ROPE_EDGES = [{"B": 11, "S": 3, "H": 40, "D": 128, "dtype": "bfloat16"},
+              {"B": 9, "S": 2, "H": 33, "D": 256, "dtype": "float32"},
+              {"B": 17, "S": 2, "H": 3, "D": 34, "dtype": "float16"},
+              {"B": 4, "S": 5, "H": 2, "D": 48, "dtype": "bfloat16"}]
 
 
 def kernels() -> list[str]:
@@ -66,11 +74,11 @@ def _tried(kernel: str, target_name: str) -> Path | None:
     return Path(folder) if folder else None
 
 
-def committed(kernel: str, target_name: str) -> tuple[str, Recipe]:
+def committed(kernel: str, target_name: str, folder: Path | None = None) -> tuple[str, Recipe]:
     """(source, parsed launch recipe) of the implementation cache/ holds for kernel@target (or of
-    the $REGEN_TRY_<KERNEL> folder, for h200). A missing one fails the test that asks: the library
-    promises every kernel on cpu and h200."""
-    return _read(kernel, target_name, _tried(kernel, target_name))
+    the $REGEN_TRY_<KERNEL> folder, for h200; or of `folder`, a variant). A missing one fails the
+    test that asks: the library promises every kernel on cpu and h200."""
+    return _read(kernel, target_name, folder or _tried(kernel, target_name))
 
 
 @lru_cache(maxsize=None)
@@ -85,21 +93,25 @@ def _read(kernel: str, target_name: str, folder: Path | None) -> tuple[str, Reci
     return entry.source(), parse_recipe(entry.recipe(), f"cache/{kernel}/{target_name}/launch.yaml")
 
 
-def bound(kernel: str, target_name: str, case: Case):
-    """The committed recipe bound to one case: (launches, recipe, env)."""
+def bound(kernel: str, target_name: str, case: Case, folder: Path | None = None):
+    """The committed recipe (or that of the variant in `folder`) bound to one case:
+    (launches, recipe, env)."""
     s = spec(kernel)
-    recipe = committed(kernel, target_name)[1]
+    recipe = committed(kernel, target_name, folder)[1]
     env = s.case_env(case)
     buffers = {t.name for t in s.signature.tensors} | set(workspace_shapes(recipe, env))
     return bind(recipe, env, buffers, env["T"]), recipe, env
 
 
 def edge_cases(kernel: str) -> list[Case]:
-    """Dispatch-boundary shapes beyond the spec's cases for the row kernels (none for the others),
-    dtypes rotating over the signature."""
-    if kernel not in ROW_KERNELS:
+    """Dispatch-boundary shapes beyond the spec's cases for the row kernels (M x N, dtypes rotating
+    over the signature) and for rope (B x S x H x D); none for the others."""
+    if kernel in ("rope", "rope_bwd"):
+        return [Case.model_validate(sizes) for sizes in ROPE_EDGES]
+    if kernel not in ROW_KERNELS + ["rmsnorm_bwd", "layernorm_bwd", "swiglu_bwd"]:
         return []
-    edges = SWIGLU_EDGES if kernel == "swiglu" else ROW_EDGES
+    edges = (SWIGLU_EDGES if kernel in ("swiglu", "swiglu_bwd") else
+             NORM_BWD_EDGES if kernel.endswith("norm_bwd") else ROW_EDGES)
     return [Case.model_validate({"M": 3 if n > 8 else 5, "N": n, "dtype": DTYPES[i % 3]})
             for i, n in enumerate(edges)]
 
