@@ -190,12 +190,19 @@ class CellState:
                 "users": [{"kernel": u.kernel, "state": u.state} for u in self.users]}
 
 
+_ADDRESS = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s*")
+_ENCODING = re.compile(r"\s*/\*\s*0x[0-9a-fA-F]+\s*\*/\s*$")
+
+
 def proof_match(pattern: str, disassembly: str) -> str | None:
-    """The first line of the disassembly the pattern matches (stripped), or None."""
+    """The first instruction line of the disassembly the pattern matches, without its address and
+    encoding, or None. Instructions predicated on @!PT never execute (ptxas emits them as
+    placeholders, e.g. `@!PT LDS RZ, [RZ]`) and prove nothing."""
     rx = re.compile(pattern)
     for line in disassembly.splitlines():
-        if rx.search(line):
-            return " ".join(line.split())
+        if "@!PT " in line or not rx.search(line):
+            continue
+        return " ".join(_ENCODING.sub("", _ADDRESS.sub("", line)).split())
     return None
 
 
@@ -223,7 +230,7 @@ class Evaluator:
         why = toolchain_problem(target)
         if why:
             return None, f"cannot compile for {target.arch} here: {why}"
-        compiled = compile_source(entry.source, target)
+        compiled = compile_source(entry.source(), target)
         if not compiled.result.ok:
             return None, "its artifact does not compile"
         if compiled.result.disassembly is None:
@@ -276,7 +283,7 @@ class Evaluator:
             st.level = "proven" if st.proof_shown else "solved-and-verified"
         else:
             why = "; ".join(node.reasons)
-            st.notes.append(f"solution not verified: {node.action}" + (f" ({why})" if why else ""))
+            st.notes.append(f"solution {node.action}" + (f": {why}" if why else ""))
 
     def _users(self, st: CellState, target) -> None:
         """Declared users first (a kernel that does not exist yet is named as such), then any
