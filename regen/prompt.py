@@ -392,6 +392,8 @@ def _previous(previous: Candidate, language: str) -> list[str]:
         return lines
     if previous.note:
         lines.append(f"NOTE: {previous.note}")
+    if previous.cell:
+        lines.append(f"CELL: {previous.cell}")
     lines.append(fence(previous.source, FENCE_TAGS[language]))
     lines.append(fence(previous.recipe, "yaml"))
     return lines

@@ -192,6 +192,7 @@ class CellState:
 
 _ADDRESS = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s*")
 _ENCODING = re.compile(r"\s*/\*\s*0x[0-9a-fA-F]+\s*\*/\s*$")
+_OBJDUMP = re.compile(r"^\s*[0-9a-fA-F]+:\s*(?:(?:[0-9a-fA-F]{2} )+\s*\t)?")   # address [bytes]
 
 
 def proof_match(pattern: str, disassembly: str) -> str | None:
@@ -202,7 +203,7 @@ def proof_match(pattern: str, disassembly: str) -> str | None:
     for line in disassembly.splitlines():
         if "@!PT " in line or not rx.search(line):
             continue
-        return " ".join(_ENCODING.sub("", _ADDRESS.sub("", line)).split())
+        return " ".join(_OBJDUMP.sub("", _ENCODING.sub("", _ADDRESS.sub("", line))).split())
     return None
 
 
@@ -210,8 +211,9 @@ class Evaluator:
     """Levels of a column's cells for one target, reading the cache and compiling (memoised per
     machine by compile key) what it must disassemble."""
 
-    def __init__(self, project, store, unit_tests: set[str]):
+    def __init__(self, project, store, unit_tests: set[str], users: bool = True):
         self.project, self.store, self.unit_tests = project, store, unit_tests
+        self.detect_users = users
         self._disasm: dict[tuple[str, str], tuple[str | None, str]] = {}
 
     def disassembly(self, kernel: str, target) -> tuple[str | None, str]:
@@ -300,7 +302,7 @@ class Evaluator:
                 st.users.append(Use(k, self._shows(k, target, sass)))
         if sass is None:
             return
-        for k in library:
+        for k in library if self.detect_users else []:
             if k in cell.users:
                 continue
             if self.project.applies(self.project.spec(k), target) is None \
@@ -318,9 +320,10 @@ def unit_test_names(grid: Grid) -> set[str]:
     return {c.unit_test for col in grid.columns.values() for c in col.cells if c.unit_test}
 
 
-def evaluate(project, store, grid: Grid, targets: list) -> list[CellState]:
-    """Every cell of each target's column, in row order."""
-    ev = Evaluator(project, store, unit_test_names(grid))
+def evaluate(project, store, grid: Grid, targets: list, users: bool = True) -> list[CellState]:
+    """Every cell of each target's column, in row order. users=False: only the declared users are
+    checked, the rest of the library is not compiled and read."""
+    ev = Evaluator(project, store, unit_test_names(grid), users)
     order = {r.id: i for i, r in enumerate(grid.rows)}
     out = []
     for target in targets:

@@ -84,7 +84,7 @@ def parse_cell(text: str) -> str:
     for line in _outside_blocks(text):
         stripped = line.strip().lstrip("*_").strip()
         if stripped.upper().startswith("CELL:"):
-            value = stripped[5:].strip().strip("*_`").strip()
+            value = stripped[5:].strip(" \t*_`")
             return value if _CELL.match(value) else ""
     return ""
 
