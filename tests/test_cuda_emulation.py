@@ -18,7 +18,9 @@ from support import cuda_emulation
 from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_cases, oracle, \
     oracle_case, spec
 
-EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention"]  # plain loads, no atomics
+EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",
+                          # technique unit tests whose inline PTX has a plain fallback
+                          "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile"]  # plain loads, no atomics
 
 
 @pytest.fixture(scope="module")
