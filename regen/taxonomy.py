@@ -192,6 +192,7 @@ class CellState:
 
 _ADDRESS = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s*")
 _ENCODING = re.compile(r"\s*/\*\s*0x[0-9a-fA-F]+\s*\*/\s*$")
+_COMMENT = re.compile(r"\s*//.*$")                                       # llvm-objdump's encoding
 _OBJDUMP = re.compile(r"^\s*[0-9a-fA-F]+:\s*(?:(?:[0-9a-fA-F]{2} )+\s*\t)?")   # address [bytes]
 
 
@@ -203,7 +204,8 @@ def proof_match(pattern: str, disassembly: str) -> str | None:
     for line in disassembly.splitlines():
         if "@!PT " in line or not rx.search(line):
             continue
-        return " ".join(_OBJDUMP.sub("", _ENCODING.sub("", _ADDRESS.sub("", line))).split())
+        text = _COMMENT.sub("", _ENCODING.sub("", _ADDRESS.sub("", line)))
+        return " ".join(_OBJDUMP.sub("", text).split())
     return None
 
 

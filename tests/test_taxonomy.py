@@ -229,3 +229,13 @@ def test_the_command_needs_no_torch(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT),
                                "REGEN_LOCAL_CACHE": str(tmp_path / "lc")})
     assert done.stdout.split() == ["0", "False"], done.stderr
+
+
+@pytest.mark.parametrize("line,shown", [
+    ("  113c:\taddps  %xmm0,%xmm0", "addps %xmm0,%xmm0"),                                # objdump
+    ("  113c:\t0f 58 c0             \taddps  %xmm0,%xmm0", "addps %xmm0,%xmm0"),          # with bytes
+    ("\tglobal_load_dwordx4 v[8:11], v[8:9], off // 0000000019F0: DC5C8000 087F0008",
+     "global_load_dwordx4 v[8:11], v[8:9], off"),                                        # llvm-objdump
+])
+def test_proof_evidence_is_the_instruction_without_address_or_encoding(line, shown):
+    assert proof_match(r"addps|global_load_dwordx4", line) == shown
