@@ -46,12 +46,14 @@ def test_committed_cuda_compiles_without_spills_and_launches_fit(cubins, kernel)
                 threads = math.prod(launch.block)
                 assert res["registers"] * threads <= 65536, f"{launch.kernel}: {res['registers']} " \
                     f"registers x {threads} threads do not fit one SM"
-                assert res["shared_bytes"] + launch.shared_mem <= 48 * 1024, launch.kernel
+                # dynamic shared memory above 48 KiB is opted into by the runtime (and regen.ops)
+                limit = target("h200").limits["shared_memory_per_block"]
+                assert res["shared_bytes"] + launch.shared_mem <= limit, launch.kernel
     if s.composition is None:  # an unfused plan carries its components' whole sources
         assert launched == set(result.resources), "every compiled kernel is reachable from the recipe"
 
 
-@pytest.mark.parametrize("kernel", kernels())
+@pytest.mark.parametrize("kernel", kernels_on("cpu"))
 def test_committed_cpu_source_compiles_without_warnings(kernel, tmp_path):
     if shutil.which("g++") is None:
         pytest.skip("g++ not installed")
