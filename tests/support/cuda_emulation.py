@@ -88,12 +88,12 @@ class GuardedBuffer:
                                                                .element_size()].view(dtype).reshape(shape)
 
 
-def run(lib, kernel: str, case, inputs: dict):
-    """The committed h200 recipe's launches on guarded, NaN-poisoned buffers (workspaces zeroed
+def run(lib, kernel: str, case, inputs: dict, target: str = "h200"):
+    """The committed recipe's launches for target (default h200) on guarded, NaN-poisoned buffers (workspaces zeroed
     where the recipe asks). Returns (outputs, names of inputs the kernels changed, kernels run)."""
     import torch
     s = library.spec(kernel)
-    launches, recipe, env = library.bound(kernel, "h200", case)
+    launches, recipe, env = library.bound(kernel, target, case)
     keep, bufs = [], {}
 
     def buffer(name, shape, dtype, fill):
