@@ -183,7 +183,7 @@ def test_the_h200_prompt_lists_the_arch_cells_with_unit_tests_and_proofs():
     assert "CELL:" not in prompt.split("# Request: ")[1]
     refine = build_prompt(spec, target, request_purpose="optimise",
                           view=project.generation_view(target), cells=project.technique_cells(target))
-    assert "`CELL: <id>` (one of nv.vector_access, sm90.smem_tiling" in refine
+    assert "`CELL: <id>` (one of nv.vector_access, nv.warp_reduce, sm90.smem_tiling" in refine
 
 
 def test_the_grid_does_not_change_any_generate_key():
