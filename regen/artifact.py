@@ -13,6 +13,7 @@ class Candidate:
     recipe: str                 # launch.yaml text
     provenance: dict = field(default_factory=dict)   # who produced it: generator, model, tokens...
     note: str = ""              # one line: what this candidate changed
+    cell: str = ""              # the technique-grid cell a refinement says it applies (taxonomy/)
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Request:
     purpose: str = "generate"   # generate | repair | optimise
     deadline: float | None = None   # time.monotonic() by which the call must have returned
     max_usd: float | None = None    # dollars the call may cost at most (what the budget has left)
+    cells: tuple[str, ...] = ()     # the grid cell ids a refinement may name (the prompt lists them)
 
 
 @dataclass(frozen=True)

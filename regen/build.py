@@ -360,7 +360,8 @@ def _generate(ctx: Context, node: planning.Node, feedback: str | None = None,
     spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
     ctx.stage(node, "generate")
     components = _component_artifacts(ctx, spec, target)
-    factory = make_request_factory(spec, target, components, ctx.project.generation_view(target))
+    factory = make_request_factory(spec, target, components, ctx.project.generation_view(target),
+                                   ctx.project.technique_cells(target))
     verify_here = node.here is not None
     evaluated: dict[int, Evaluation] = {}
 

@@ -87,6 +87,19 @@ class Project:
 
         return generation_view(self.family(target))
 
+    def technique_cells(self, target) -> dict:
+        """arch -> the technique grid's cells (taxonomy/) for each arch of `target`'s family: what
+        the generator is shown and what a refinement may name (regen/taxonomy.py)."""
+        from .taxonomy import load_grid
+
+        grid = load_grid(self.root)
+        out = {}
+        for member in self.family(target):
+            column = grid.column_for(member)
+            if column is not None:
+                out.setdefault(member.arch, list(column.cells))
+        return out
+
     def target(self, name: str):
         if name not in self.target_names():
             raise InputError(f"unknown target {name!r}; known: {', '.join(self.target_names())}",

@@ -10,6 +10,11 @@ One deterministic text (no timestamps, dicts sorted) in two parts:
 Fields read (the generate key should cover them): spec name, summary, intent, signature,
 invariants, tolerance, cases, profile (selector maps resolved for the target);
 the target family's generation view; the component artifacts; TEMPLATE_VERSION.
+Also read, and deliberately not in the generate key: the technique grid's cells for the family's
+archs (taxonomy/, `regen taxonomy`). They are advice with a unit-tested example each, like the
+cases shown for context: a new or better-proven cell does not make a verified kernel stale, it
+informs the next generation or refinement. A refinement names the cell it applies on a `CELL:`
+line, which the search tree records (regen/search.py).
 """
 
 from __future__ import annotations
@@ -195,8 +200,32 @@ _ARCH_MACROS = {"cuda": "__CUDA_ARCH__ (e.g. `#if __CUDA_ARCH__ >= 1000`)",
                 "cpp": "preprocessor conditions"}
 
 
-def _target(view: dict) -> list[str]:
-    """The target family: what its members share, then one section per arch."""
+def _cells(arch: dict, cells: list) -> list[str]:
+    """The technique grid's cells for one arch: cells the arch's taxonomy above already describes
+    by the same id are referenced, the others described; each with the unit test that exercises
+    it and the disassembly pattern that proves it."""
+    known = {c["id"] for c in arch.get("taxonomy") or []}
+    lines = ["Technique grid cells for this arch (`regen taxonomy`; each has a unit-test kernel, and "
+             "regen checks the proof against the disassembly):"]
+    for cell in cells:
+        extra = []
+        if cell.unit_test:
+            extra.append(f"unit test `{cell.unit_test}`")
+        if cell.proof is not None and cell.proof.sass is not None:
+            extra.append(f"proof: disassembly matches /{cell.proof.sass}/")
+        tail = f" [{'; '.join(extra)}]" if extra else ""
+        if cell.id in known:
+            lines.append(f"- {cell.id} ({cell.title}): as described above{tail}")
+        else:
+            when = f" (when {cell.applicability})" if cell.applicability else ""
+            lines.append(f"- {cell.id} ({cell.title}): {' '.join(cell.description.split())}"
+                         f"{when}{tail}")
+    return lines
+
+
+def _target(view: dict, cells: dict | None = None) -> list[str]:
+    """The target family: what its members share, then one section per arch (with the technique
+    grid's cells for that arch when `cells` maps it to some)."""
     archs = view["archs"]
     lines = [f"## Target family `{view['family']}`"]
     if view["description"].strip():
@@ -225,6 +254,8 @@ def _target(view: dict) -> list[str]:
             for cell in arch["taxonomy"]:
                 when = f" (when {cell['when']})" if cell.get("when") else ""
                 lines.append(f"- {cell['id']}: {cell['technique']}{when}")
+        if cells and cells.get(arch["arch"]):
+            lines += _cells(arch, cells[arch["arch"]])
     return lines
 
 
@@ -316,10 +347,11 @@ def _contract(spec, target) -> list[str]:
     return lines
 
 
-def static_prefix(spec, target, components=None, view: dict | None = None) -> str:
+def static_prefix(spec, target, components=None, view: dict | None = None,
+                  cells: dict | None = None) -> str:
     """The part of every prompt for this (spec, target family, components) that never changes.
     `view` is Project.generation_view(target) (default: a family of one); `target` selects the
-    profile expectations."""
+    profile expectations; `cells` is Project.technique_cells(target) (arch -> grid cells)."""
     if view is None:
         from .target import generation_view
 
@@ -344,7 +376,7 @@ def static_prefix(spec, target, components=None, view: dict | None = None) -> st
     lines += ["", "## Tolerances (allclose: |out - ref| <= atol + rtol * |ref|, compared in float64)"]
     for dtype, tol in sorted(spec.tolerance.items()):
         lines.append(f"- {dtype}: atol {_num(tol.atol)}, rtol {_num(tol.rtol)}")
-    lines += ["", *_cases(spec), "", *_profile(spec, target), "", *_target(view)]
+    lines += ["", *_cases(spec), "", *_profile(spec, target), "", *_target(view, cells)]
     comp = _components(components, lang)
     if comp:
         lines += ["", *comp]
@@ -376,32 +408,50 @@ def _previous(previous: Candidate, language: str) -> list[str]:
         return lines
     if previous.note:
         lines.append(f"NOTE: {previous.note}")
+    if previous.cell:
+        lines.append(f"CELL: {previous.cell}")
     lines.append(fence(previous.source, FENCE_TAGS[language]))
     lines.append(fence(previous.recipe, "yaml"))
     return lines
 
 
 def request_part(language: str, request_purpose: str = "generate",
-                 previous: Candidate | None = None, feedback: str | None = None) -> str:
+                 previous: Candidate | None = None, feedback: str | None = None,
+                 cells: tuple[str, ...] = ()) -> str:
+    """What to do now. A refinement ("optimise") with grid cells to choose from is asked to name
+    the one it applies on a `CELL:` line."""
     if request_purpose not in _INSTRUCTIONS:
         raise ValueError(f"unknown request purpose {request_purpose!r}; "
                          f"expected one of {sorted(_INSTRUCTIONS)}")
     lines = [f"{REQUEST_MARKER}{request_purpose}", "", _INSTRUCTIONS[request_purpose]]
+    naming = request_purpose == "optimise" and bool(cells)
+    if naming:
+        lines.append("Name the technique grid cell this change applies on a line `CELL: <id>` "
+                     f"(one of {', '.join(cells)}), or `CELL: none` if no cell fits.")
     if previous is not None:
         lines += ["", *_previous(previous, language)]
     if feedback:
         lines += ["", "## Feedback", feedback.strip()]
     lines += ["", f"Answer in the format of the artifact format contract: one ```{FENCE_TAGS[language]} "
-              "block, one ```yaml block, one NOTE: line."]
+              "block, one ```yaml block, one NOTE: line" + (", one CELL: line." if naming else ".")]
     return "\n".join(lines) + "\n"
 
 
 def build_prompt(spec, target, components=None, request_purpose: str = "generate",
                  previous: Candidate | None = None, feedback: str | None = None,
-                 view: dict | None = None) -> str:
+                 view: dict | None = None, cells: dict | None = None) -> str:
     """The exact text a generator is shown for one request."""
-    return (static_prefix(spec, target, components, view) + "\n"
-            + request_part(target.language, request_purpose, previous, feedback))
+    return (static_prefix(spec, target, components, view, cells) + "\n"
+            + request_part(target.language, request_purpose, previous, feedback,
+                           cell_ids(cells)))
+
+
+def cell_ids(cells: dict | None) -> tuple[str, ...]:
+    """Every grid cell id of the family's archs, in order, once."""
+    out: list[str] = []
+    for arch in sorted(cells or {}):
+        out += [c.id for c in cells[arch] if c.id not in out]
+    return tuple(out)
 
 
 def split_prompt(prompt: str) -> tuple[str, str]:
@@ -412,13 +462,15 @@ def split_prompt(prompt: str) -> tuple[str, str]:
     return prompt[:at + 1], prompt[at + 1:]
 
 
-def make_request_factory(spec, target, components=None, view: dict | None = None):
+def make_request_factory(spec, target, components=None, view: dict | None = None,
+                         cells: dict | None = None):
     """request_factory(purpose, previous, feedback) -> Request, as regen.search.search() wants."""
 
     def factory(purpose: str, previous: Candidate | None = None, feedback: str | None = None):
         return Request(kernel=spec.name, target=target.name, language=target.language,
                        prompt=build_prompt(spec, target, components, purpose, previous,
-                                           feedback, view),
-                       previous=previous, feedback=feedback, purpose=purpose)
+                                           feedback, view, cells),
+                       previous=previous, feedback=feedback, purpose=purpose,
+                       cells=cell_ids(cells))
 
     return factory

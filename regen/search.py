@@ -84,6 +84,7 @@ class Node:
     value: float = 0.0
     reward: float | None = None
     retime: dict | None = None
+    cell_unknown: bool = False
 
     @property
     def ok(self) -> bool:
@@ -100,6 +101,7 @@ class Node:
         out = {
             "id": self.id, "parent": self.parent, "purpose": self.purpose,
             "note": self.candidate.note if self.candidate is not None else "",
+            "cell": self.candidate.cell if self.candidate is not None else "",
             "stage": self.stage, "ok": self.ok,
             "time_s": ev.time_s if ev else None,
             "floor_fraction": ev.floor_fraction if ev else None,
@@ -108,6 +110,8 @@ class Node:
             "tokens": self.tokens, "usd": round(self.usd, 6), "seconds": round(self.seconds, 3),
             "feedback": (ev.feedback[:FEEDBACK_CHARS] if ev and ev.feedback else ""),
         }
+        if self.cell_unknown:
+            out["cell_unknown"] = True   # named a cell the target's grid does not have
         if self.retime is not None:
             out["retime"] = self.retime
         if self.error:
@@ -126,9 +130,22 @@ class SearchResult:
     error: str | None = None   # the generator failure that ended it, if one did
 
     def tree_json(self) -> dict:
-        """provenance["search"]: every attempt, which one won and why the search stopped."""
+        """provenance["search"]: every attempt, which one won, the grid cells on the way to it
+        and why the search stopped."""
         return {"best": self.best_node, "stop_reason": self.stop_reason, "error": self.error,
-                "nodes": list(self.nodes)}
+                "path": self.path(), "nodes": list(self.nodes)}
+
+    def path(self) -> list[dict]:
+        """The refinements from the first passing candidate to the best, each with the technique
+        grid cell it named: the kernel's path through the grid."""
+        by_id = {n["id"]: n for n in self.nodes}
+        chain, at = [], self.best_node
+        while at is not None:
+            node = by_id[at]
+            if node["purpose"] == "optimise":
+                chain.append({"node": node["id"], "cell": node.get("cell", ""), "note": node["note"]})
+            at = node["parent"]
+        return chain[::-1]
 
     def spend_json(self) -> dict:
         return dict(self.spent)
@@ -252,6 +269,8 @@ class _Search:
             self.generator_failed(node, f"{type(exc).__name__}: {exc}", True)
         else:
             node.candidate = candidate
+            node.cell_unknown = bool(candidate.cell and request.cells
+                                     and candidate.cell not in request.cells)
             self.failures_in_a_row = 0
             try:
                 node.evaluation = self.evaluate(candidate)
@@ -371,7 +390,8 @@ class _Search:
         if tried:
             lines.append("Refinements of this candidate already tried (do something different):")
             for child in tried:
-                lines.append(f"- {child.candidate.note if child.candidate else '?'}: "
+                cell = f"[{child.candidate.cell}] " if child.candidate and child.candidate.cell else ""
+                lines.append(f"- {cell}{child.candidate.note if child.candidate else '?'}: "
                              f"{self.outcome(child, parent)}")
         return "\n".join(lines)
 

@@ -23,7 +23,9 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           "fused_linear_cross_entropy",  # mma.sync through the header's fragment model
                           "gemm_bf16", "gemm_bf16_nn",  # the wgmma kernel through a host pass of its tile loop
                           "gemm_fp8", "mx_gemm",  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
-                          "attention"]  # wgmma, cp.async and mbarriers through their host-pass meaning
+                          "attention",  # wgmma, cp.async and mbarriers through their host-pass meaning
+                          # technique unit tests whose inline PTX has a plain fallback
+                          "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile"]
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +136,22 @@ def test_emulation_catches_an_out_of_bounds_kernel(tmp_path, monkeypatch):
     proc = _run_in_child(cuda_emulation.build(bad, tmp_path / "bad"))
     assert proc.returncode == -signal.SIGSEGV and "no fault" not in proc.stdout, \
         f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, index):
+    """The b200 unit test of sm100.tcgen05_mma: the emulation runs its plain path (the tcgen05
+    PTX is device-only), which reads the operands through the same shared-memory core-matrix
+    layout and stores through the same row mapping as the tensor-memory epilogue."""
+    cuda_emulation.skip_unless_available()
+    kernel = "tx_tcgen05_tile"
+    s, o = spec(kernel), oracle(kernel)
+    case = s.correctness_cases()[index]
+    source, _ = committed(kernel, "b200")
+    lib = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path, cuda_arch=1000)))
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target="b200")
+    assert not changed, f"inputs modified: {changed}"
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")

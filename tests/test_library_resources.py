@@ -56,7 +56,7 @@ def test_committed_cuda_compiles_without_spills_and_launches_fit(cubins, kernel)
         assert launched == set(result.resources), "every compiled kernel is reachable from the recipe"
 
 
-@pytest.mark.parametrize("kernel", kernels())
+@pytest.mark.parametrize("kernel", kernels_on("cpu"))
 def test_committed_cpu_source_compiles_without_warnings(kernel, tmp_path):
     if shutil.which("g++") is None:
         pytest.skip("g++ not installed")

@@ -525,3 +525,40 @@ def test_the_node_deadline_reaches_the_generator_and_bounds_the_search(key, eval
         took = _time.monotonic() - t0
     assert took < 10 and result.best.source == SLOW
     assert "max_seconds (4) reached" in result.stop_reason or "time budget" in result.stop_reason
+
+
+def test_a_refinement_names_its_grid_cell_and_provenance_shows_the_path(key, evaluator):
+    """The refinement request lists the target's grid cells and asks for a CELL: line; the answer's
+    cell is recorded on its node, in the path to the best candidate and in `regen log`; a cell the
+    grid does not have is kept but flagged."""
+    from regen.commands.log import render_tree
+    from regen.taxonomy import load_grid
+
+    cells = {"x86_64": list(load_grid(ROOT).columns["cpu"].cells)}
+    with FakeAnthropic() as fake:
+        fake.reply(answer(SLOW, "write every column"))
+        fake.reply(answer(FAST, "three passes, exp once") + "CELL: cpu.simd\n")
+        fake.reply(answer(SLOW, "tile rows") + "CELL: cpu.no_such_cell\n")
+        fake.reply(answer(ORACLE_FAIL, "skip the last column") + "CELL: none\n")
+        result = search(LLMGenerator(base_url=fake.url, backoff_s=0.01),
+                        make_request_factory(SPEC, TARGET, cells=cells), evaluator,
+                        Budget(max_candidates=4, exploration=0.0))
+        prompts = fake.user_messages()
+        system = json.dumps(fake.requests[0]["body"].get("system"))
+
+    # the static prefix (the system part) lists the cells; a first generation is asked for none
+    assert "Technique grid cells for this arch" in system and "cpu.threads" in system
+    assert "CELL:" not in prompts[0]
+    assert "# Request: optimise" in prompts[1]
+    assert "`CELL: <id>` (one of cpu.simd, cpu.cache_blocking, cpu.threads)" in prompts[1]
+    assert "NOTE: three passes, exp once\nCELL: cpu.simd" in prompts[2]   # the refined candidate's
+    assert "- [cpu.no_such_cell] tile rows: passed" in prompts[3]         # tried refinements, by cell
+    tree = result.tree_json()
+    nodes = tree["nodes"]
+    assert [n["cell"] for n in nodes] == ["", "cpu.simd", "cpu.no_such_cell", ""]
+    assert "cell_unknown" not in nodes[1] and nodes[2]["cell_unknown"] is True
+    assert result.best_node == 1
+    assert tree["path"] == [{"node": 1, "cell": "cpu.simd", "note": "three passes, exp once"}]
+    shown = render_tree(tree)
+    assert "#1 optimise [cpu.simd]" in shown and "[cpu.no_such_cell (not in the grid)]" in shown
+    assert "path through the technique grid: cpu.simd" in shown

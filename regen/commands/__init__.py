@@ -28,6 +28,7 @@ COMMANDS = {
     "check": "check",
     "tolerance": "tolerance",
     "export": "export",
+    "taxonomy": "taxonomy",
     "import": "import_",
 }
 

@@ -31,7 +31,8 @@ def run(args) -> int:
     existing = None
     if node.entry is not None:  # start from the cached implementation, not from a stub
         existing = (node.entry.source(), node.entry.recipe())
-    prompt = build_prompt(spec, target, comps, view=project.generation_view(target))
+    prompt = build_prompt(spec, target, comps, view=project.generation_view(target),
+                          cells=project.technique_cells(target))
     write_task(folder, spec, target, prompt, node.generate_components,
                node.generate_key, existing)
     print(f"wrote {folder}: prompt.md, {SOURCE_NAMES[target.language]}, launch.yaml; "

@@ -117,6 +117,10 @@ def render_tree(search, feedback: bool = False) -> str:
             walk(n.get("id"), depth + 1)
 
     walk(None, 0)
+    path = search.get("path") if isinstance(search, dict) else None
+    if path:
+        lines.append("path through the technique grid: "
+                     + " -> ".join(p.get("cell") or "(no cell named)" for p in path))
     known = {n.get("id") for n in nodes}
     for n in nodes:   # a node whose parent is missing (never expected) is still shown
         if n.get("parent") is not None and n.get("parent") not in known:
@@ -129,6 +133,8 @@ def _node_line(n: dict, best) -> str:
     what = ("call failed" if n.get("error") and n.get("stage") == "generate"
             else f"{n.get('stage')} ok" if n.get("ok") else f"{n.get('stage')} failed")
     text = f"{mark} #{n.get('id')} {n.get('purpose')}"
+    if n.get("cell"):
+        text += f" [{n['cell']}{' (not in the grid)' if n.get('cell_unknown') else ''}]"
     if n.get("note"):
         text += f" \"{n['note'][:70]}\""
     text += f" -> {what}"

@@ -21,5 +21,6 @@ def run(args) -> int:
     spec, target = project.spec(args.kernel), project.target(args.target)
     comps = [(c, e.source(), e.recipe()) for c in spec.components
              if (e := store.current(c, target.name)) is not None]
-    sys.stdout.write(build_prompt(spec, target, comps, view=project.generation_view(target)))
+    sys.stdout.write(build_prompt(spec, target, comps, view=project.generation_view(target),
+                                 cells=project.technique_cells(target)))
     return 0

@@ -26,7 +26,7 @@ from .. import procs
 from ..artifact import SOURCE_NAMES, Candidate, Request
 from . import GenerationError
 from .llm import redact
-from .parse import ParseError, parse_answer, parse_note
+from .parse import ParseError, parse_answer, parse_cell, parse_note
 
 TAIL_CHARS = 2000
 
@@ -123,7 +123,8 @@ class CommandGenerator:
         finally:
             if not self.keep:
                 shutil.rmtree(task, ignore_errors=True)
-        return Candidate(source=source, recipe=recipe, provenance=provenance, note=note)
+        return Candidate(source=source, recipe=recipe, provenance=provenance, note=note,
+                         cell=parse_cell(stdout))
 
     @staticmethod
     def _read_answer(task: Path, language: str, stdout: str, provenance: dict):

@@ -27,7 +27,7 @@ import time
 
 from ..artifact import Candidate, Request
 from . import BudgetExhausted, GenerationError
-from .parse import ParseError, parse_answer
+from .parse import ParseError, parse_answer, parse_cell
 from .prices import affordable_output_tokens, cost_usd, load_prices  # noqa: F401 - cost_usd re-exported
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -314,7 +314,8 @@ class LLMGenerator:
             elif provenance["stop_reason"] not in (None, "end_turn", "stop_sequence"):
                 reason += f" (the answer stopped with stop_reason={provenance['stop_reason']})"
             raise ParseError(reason, answer=text, provenance=provenance) from None
-        return Candidate(source=source, recipe=recipe, provenance=provenance, note=note)
+        return Candidate(source=source, recipe=recipe, provenance=provenance, note=note,
+                         cell=parse_cell(text))
 
     def _describe(self, exc, attempt: int, timeout: float, out_of_time: bool,
                   mid_answer: bool = False) -> str:

@@ -22,7 +22,7 @@ import time
 from ..artifact import Candidate, Request
 from . import BudgetExhausted, GenerationError
 from .llm import MIN_OUTPUT_TOKENS, SYSTEM_ROLE, _is_transport, _retry_after, _StreamCut
-from .parse import ParseError, parse_answer
+from .parse import ParseError, parse_answer, parse_cell
 from .prices import affordable_output_tokens, cost_usd, load_prices
 
 
@@ -192,7 +192,8 @@ class OpenAIGenerator:
             if finish == "length":
                 reason += f" (the answer stopped at max_tokens={max_tokens})"
             raise ParseError(reason, answer=text, provenance=provenance) from None
-        return Candidate(source=source, recipe=recipe, provenance=provenance, note=note)
+        return Candidate(source=source, recipe=recipe, provenance=provenance, note=note,
+                         cell=parse_cell(text))
 
     def _max_tokens_for(self, request: Request, chars: int, spent: float) -> int:
         if request.max_usd is None:

@@ -74,6 +74,21 @@ def parse_note(text: str) -> str:
     return ""
 
 
+_CELL = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+
+
+def parse_cell(text: str) -> str:
+    """The technique-grid cell a refinement says it applies (a `CELL: <id>` line outside the code
+    blocks), "" when there is none or it says `none`. Not an id (prose, several words): "" too, so
+    a malformed line never fails an otherwise good candidate."""
+    for line in _outside_blocks(text):
+        stripped = line.strip().lstrip("*_").strip()
+        if stripped.upper().startswith("CELL:"):
+            value = stripped[5:].strip(" \t*_`")
+            return value if _CELL.match(value) else ""
+    return ""
+
+
 def parse_answer(text: str, language: str) -> tuple[str, str, str]:
     """(source, launch.yaml text, note) from an answer; ParseError says what is wrong."""
     from ..errors import InputError

@@ -25,6 +25,11 @@
 #define __shared__ static
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+#define __align__(n) __attribute__((aligned(n)))
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 struct __nv_bfloat16 { uint16_t b; };
 struct __half { uint16_t b; };

@@ -88,14 +88,14 @@ class GuardedBuffer:
                                                                .element_size()].view(dtype).reshape(shape)
 
 
-def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None):
-    """The committed h200 recipe's launches on guarded, NaN-poisoned buffers (workspaces zeroed
-    where the recipe asks; an in-place output is its input's buffer, as the judge passes it).
+def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target: str = "h200"):
+    """The committed recipe for `target` (default h200) on guarded, NaN-poisoned buffers (workspaces
+    zeroed where the recipe asks; an in-place output is its input's buffer, as the judge passes it).
     `folder`: a variant's (kernel source + launch.yaml) recipe instead of the committed one.
     Returns (outputs, names of inputs the kernels changed other than in place, kernels run)."""
     import torch
     s = library.spec(kernel)
-    launches, recipe, env = library.bound(kernel, "h200", case, folder)
+    launches, recipe, env = library.bound(kernel, target, case, folder)
     keep, bufs = [], {}
 
     def buffer(name, shape, dtype, fill):
