@@ -140,7 +140,7 @@ def test_verified_cpu_solutions_whose_disassembly_shows_the_proof_are_proven(tmp
                     reason="needs g++ and objdump")
 def test_a_solution_whose_disassembly_lacks_the_proof_fails_the_cell(tmp_path):
     root = _project_with_grid(tmp_path, {"cpu": _cpu_column(r"\bvfmadd231ps\b",
-                                                            users="[gemm_bf16]")})
+                                                            users="[gemm_int4]")})
     done = _cli(root, "taxonomy", "-t", "cpu", "--declared-users", "--format", "json",
                 local_cache=tmp_path / "lc")
     assert done.returncode == 1, done.stderr            # x86-64-v2 has no FMA: the proof is absent
@@ -148,7 +148,7 @@ def test_a_solution_whose_disassembly_lacks_the_proof_fails_the_cell(tmp_path):
     assert cell["level"] == "failed" and cell["proof_shown"] is False
     assert "does not match /\\bvfmadd231ps\\b/" in cell["notes"][0]
     # a declared user with no spec yet is named as such, not dropped
-    assert cell["users"] == [{"kernel": "gemm_bf16", "state": "no library kernel yet"}]
+    assert cell["users"] == [{"kernel": "gemm_int4", "state": "no library kernel yet"}]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("objdump") is None,
