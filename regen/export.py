@@ -26,6 +26,8 @@ _COPIES = {
     "cudadrv.py": ("_cudadrv.py", {}),
     "ops/dispatch.py": ("_dispatch.py", {"from .launch import": "from ._launch import",
                                          "from .signature import": "from ._signature import"}),
+    "ops/autograd.py": ("_autograd.py", {}),
+    "ops/patch.py": ("_patch.py", {}),
     "expr.py": ("_expr.py", {"from .dtypes import": "from ._dtypes import"}),
     "dtypes.py": ("_dtypes.py", {}),
     "ops/_package_init.py": ("__init__.py", {}),

@@ -262,3 +262,44 @@ def test_cuda_graph_captures_regen_ops_after_a_warm_up():
     torch.cuda.synchronize()
     torch.testing.assert_close(out, torch.softmax(torch.nn.functional.rms_norm(x, (1024,), w, 1e-6),
                                                   -1), rtol=1e-4, atol=1e-6)
+
+
+def test_a_planned_call_skips_the_dispatcher_only_where_nothing_else_would_see_it(ops):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    x = torch.randn(4, 64)
+    y = ops.softmax(x)  # planned through the dispatcher
+    torch.testing.assert_close(ops.softmax(x), y, rtol=0, atol=0)  # the plan, directly
+
+    class Seen(TorchDispatchMode):
+        calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        ops.softmax(x)
+    assert "regen.softmax.default" in Seen.calls
+    with torch.profiler.profile() as prof:
+        ops.softmax(x)
+    assert any(e.key == "regen::softmax" for e in prof.key_averages())
+    # a cached shape does not skip validation: a non-contiguous view of it is still refused
+    with pytest.raises(ops.SignatureError, match="x is not contiguous"):
+        ops.softmax(torch.randn(64, 4).t())
+    # eps given at its default and left out share one plan on both paths
+    w = torch.randn(64)
+    assert ops.rmsnorm(x, w, 1e-6).equal(ops.rmsnorm(x, w))
+
+
+def test_an_output_written_over_an_input_is_a_mutating_op(ops):
+    assert "Tensor(a!) logits" in str(torch.ops.regen.cross_entropy_bwd.default._schema)
+    logits = torch.randn(6, 32)
+    targets = torch.tensor([1, 2, -100, 4, 5, 31])
+    ref = logits.clone().requires_grad_(True)
+    want = torch.nn.functional.cross_entropy(ref, targets)
+    want.backward()
+    loss = ops.cross_entropy_bwd(logits, targets)  # the gradient replaces the logits
+    assert ops.runs("cross_entropy_bwd", logits, targets) == "cross_entropy_bwd@cpu"
+    torch.testing.assert_close(loss, want.detach().reshape(1), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(logits, ref.grad, rtol=1e-5, atol=1e-7)
