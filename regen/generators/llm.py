@@ -25,7 +25,7 @@ import time
 from ..artifact import Candidate, Request
 from . import GenerationError
 from .parse import ParseError, parse_answer
-from .policy import MIN_OUTPUT_TOKENS, Policy, Usage
+from .policy import MIN_OUTPUT_TOKENS, Policy, Usage  # noqa: F401 - MIN_OUTPUT_TOKENS re-exported
 from .policy import DeadlineReached as _DeadlineReached
 from .policy import StreamCut as _StreamCut
 from .policy import is_transport as _is_transport

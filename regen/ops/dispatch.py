@@ -14,7 +14,8 @@ else (validation against the signature, choosing the column, binding the recipe,
 binary) happens once per key, in _plan(), and only a call that went through torch's dispatcher
 makes a plan. The Python function per kernel (python_function) skips the dispatcher when it would
 only have routed the call to impl() and the plan already exists: eager mode, plain tensors, no
-autograd to record, no torch function/dispatch mode, functorch transform or profiler watching.
+autograd to record (backward or forward-mode), no torch function/dispatch mode, functorch
+transform, jit tracer or profiler watching.
 Anything else takes torch.ops.<namespace>.<kernel>, so validation and the verified-only rule are
 the same on both paths: a plan is made by impl() and nowhere else.
 """
@@ -318,12 +319,14 @@ def python_function(op: KernelOp, module: str, summary: str = ""):
     function_mode = torch._C._is_torch_function_mode_enabled
     dispatch_modes = torch._C._len_torch_dispatch_stack
     transforms = torch._C._functorch.peek_interpreter_stack
+    tracing = torch._C._get_tracing_state
+    import torch.autograd.forward_ad as forward_ad
     import torch.autograd.profiler as profiler
 
     def call(*args, **kwargs):
         if (not kwargs and len(args) >= n and not compiling() and not function_mode()
-                and not dispatch_modes() and transforms() is None
-                and not profiler._is_profiler_enabled):
+                and not dispatch_modes() and transforms() is None and tracing() is None
+                and not profiler._is_profiler_enabled and forward_ad._current_level < 0):
             grad = grad_enabled()
             for t in args[:n]:
                 if type(t) is not Tensor or (grad and t.requires_grad):
