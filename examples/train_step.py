@@ -56,7 +56,9 @@ def compare(ops: str = "regen.ops", cfg: Config | None = None, device: str = "cp
     cfg = cfg or Config.tiny()
     plain, patched = build(cfg, dtype, device), build(cfg, dtype, device)
     plain.train(), patched.train()
-    patch = getattr(module, "patch", None) or importlib.import_module("regen").patch
+    # regen.patch for regen.ops (regen.ops.patch is the module it lives in); an exported
+    # package's own patch()
+    patch = importlib.import_module("regen").patch if ops == "regen.ops" else module.patch
     counts = patch(patched)
     if out:
         out(f"patched ({ops}): {counts}; differentiable ops: {', '.join(module.differentiable())}")
