@@ -9,6 +9,9 @@
   7. `regen export -t h200`, imported in a process where regen cannot be imported, on CUDA
   8. the model bench table (benchmarks/model_bench.py; OPS_DEVICE_LAYERS layers, default 4,
      prefill 8 x 2048, forward only)
+  9. training steps through regen ops, forward and backward (examples/train_step.py: Llama-3.2-1B
+     shapes, 2 layers, batch 2 x 512, bfloat16) against plain PyTorch: losses, gradient
+     difference, step times, and which backward ops ran a verified column or the baseline
 
     bash benchmarks/h200_run.sh ops        (or: python3 benchmarks/ops_device.py, same env)
 """
@@ -157,6 +160,18 @@ def main() -> int:
 
     model_bench.run(layers=int(os.environ.get("OPS_DEVICE_LAYERS", "4")), batch=8, seq=2048,
                     device=dev, dtype="bfloat16", iters=10, out=lambda s: say("  " + s))
+    step("9. training steps, forward and backward through regen ops")
+    from dataclasses import replace
+
+    from examples.llama import Config as LlamaConfig
+    from examples.train_step import compare
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ops.RegenOpsWarning)
+        compare("regen.ops", replace(LlamaConfig(), layers=2), "cuda", bf, steps=4, b=2, s=512,
+                out=lambda s: say("  " + s))
+    for wmsg in {str(w.message) for w in caught}:
+        say(f"  RegenOpsWarning: {wmsg}")
     step("done")
     return 0
 

@@ -2,7 +2,8 @@
 
 The package holds the binaries (one file per distinct binary), the launch recipes, the op
 signatures and a loader (regen/ops/_package_init.py) over copies of regen.ops' standalone modules
-(signature, launch, dispatch) and of the expression parser they use. Only what the planner calls
+(signature, launch, dispatch) and of what they use: the expression parser, the dtype table and
+the driver helpers regen's own CUDA runtime uses (regen/cudadrv.py). Only what the planner calls
 up to date with a passing record is exported, and only when the binary built here is the one the
 record verified; anything else is reported with its reason, never exported.
 """
@@ -19,10 +20,14 @@ from .errors import InputError
 # module in regen -> (its name in the package, the import lines rewritten for the package)
 _COPIES = {
     "ops/signature.py": ("_signature.py", {"from ..expr import": "from ._expr import"}),
-    "ops/launch.py": ("_launch.py", {"from ..dtypes import": "from ._dtypes import",
+    "ops/launch.py": ("_launch.py", {"from ..cudadrv import": "from ._cudadrv import",
+                                     "from ..dtypes import": "from ._dtypes import",
                                      "from ..expr import": "from ._expr import"}),
+    "cudadrv.py": ("_cudadrv.py", {}),
     "ops/dispatch.py": ("_dispatch.py", {"from .launch import": "from ._launch import",
                                          "from .signature import": "from ._signature import"}),
+    "ops/autograd.py": ("_autograd.py", {}),
+    "ops/patch.py": ("_patch.py", {}),
     "expr.py": ("_expr.py", {"from .dtypes import": "from ._dtypes import"}),
     "dtypes.py": ("_dtypes.py", {}),
     "ops/_package_init.py": ("__init__.py", {}),

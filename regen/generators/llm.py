@@ -5,13 +5,11 @@ prompt marked for prompt caching, so repairs and refinements of one kernel pay f
 request part (previous candidate, feedback) is the user message. Answers are streamed (long
 outputs would hit the SDK's non-streaming time limit) and parsed by parse.py.
 
-One retry layer: the SDK's own retries are off (max_retries=0 on the client) and this module
-retries what can succeed on a second try (429, 5xx, 529, an overload reported inside a stream, a
-dropped or stalled connection) up to `max_retries` times, honouring retry-after. Every call is
-bounded by the node's deadline (Request.deadline): the read timeout is the smaller of
-`stall_timeout` and the time left, the deadline is checked between streamed events, and no retry
-starts that could not finish in time. Request.max_usd bounds the call's worst-case cost before it
-is made (max_tokens is lowered to what the budget can pay for); prices come from prices.py.
+Retries, the node's deadline and its dollars follow regen/generators/policy.py, shared with every
+API generator: the SDK's own retries are off (max_retries=0 on the client); what can succeed on a
+second try (429, 5xx, 529, an overload reported inside a stream, a dropped or stalled connection)
+is retried, the deadline is checked between streamed events, and max_tokens is lowered to what
+Request.max_usd can still pay for; prices come from prices.py.
 
 The API key comes from ANTHROPIC_API_KEY only and is never written to provenance, logs or error
 messages (`redact`). ANTHROPIC_BASE_URL, or `base_url=`, points the SDK at another endpoint (any
@@ -21,21 +19,21 @@ server that speaks the Messages API: a LiteLLM proxy, vLLM's Anthropic-compatibl
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 
 from ..artifact import Candidate, Request
-from . import BudgetExhausted, GenerationError
+from . import GenerationError
 from .parse import ParseError, parse_answer, parse_cell
-from .prices import affordable_output_tokens, cost_usd, load_prices  # noqa: F401 - cost_usd re-exported
+from .policy import MIN_OUTPUT_TOKENS, Policy, Usage  # noqa: F401 - MIN_OUTPUT_TOKENS re-exported
+from .policy import DeadlineReached as _DeadlineReached
+from .policy import StreamCut as _StreamCut
+from .policy import is_transport as _is_transport
+from .prices import cost_usd, load_prices  # noqa: F401 - cost_usd re-exported
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The current Sonnet per the model overview (docs checked 2026-12): fast, strong at code.
 Override with model= (--model) or REGEN_LLM_MODEL."""
-
-MIN_OUTPUT_TOKENS = 1024
-"""A call the budget cannot pay this many output tokens for is not made (the answer would be cut)."""
 
 SYSTEM_ROLE = ("You are an expert GPU and CPU kernel engineer. You answer with complete, "
                "compilable artifacts in exactly the requested format and nothing that is not asked.")
@@ -46,7 +44,6 @@ NO_KEY_MESSAGE = (
     "prompt, and `regen handoff` writes the task out for a person to implement")
 
 _RETRY_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
-_TRANSPORT_MODULES = ("httpx", "httpcore", "h11", "h2", "anyio", "ssl", "socket")
 
 
 def redact(text: str) -> str:
@@ -55,22 +52,6 @@ def redact(text: str) -> str:
     if key and len(key) >= 8 and text:
         text = text.replace(key, "<ANTHROPIC_API_KEY>")
     return text
-
-
-class _DeadlineReached(Exception):
-    """The node's deadline passed while an answer was still streaming in."""
-
-
-class _StreamCut(Exception):
-    """The stream ended without message_stop: the connection closed mid-answer (the SDK would
-    hand back the partial message as if it were the answer)."""
-
-
-def _is_transport(exc: BaseException) -> bool:
-    """An error of the HTTP transport itself (a read that timed out or a connection that dropped
-    while a stream was being read): the SDK passes these through unwrapped."""
-    module = type(exc).__module__.split(".")[0]
-    return module.startswith(_TRANSPORT_MODULES) or isinstance(exc, (OSError, EOFError))
 
 
 def failure_kind(exc: BaseException) -> str | None:
@@ -101,55 +82,19 @@ def failure_kind(exc: BaseException) -> str | None:
     return None
 
 
-def _retry_after(exc) -> float | None:
-    response = getattr(exc, "response", None)
-    if response is None:
-        return None
-    for header, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = response.headers.get(header)
-        if value:
-            try:
-                return float(value) * scale
-            except ValueError:
-                return None
-    return None
-
-
-class _Usage:
-    """Tokens over every attempt of one generate() call, failed ones included (a stream that
-    broke after message_start was billed for its input)."""
-
-    FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-
-    def __init__(self):
-        self.total = dict.fromkeys(self.FIELDS, 0)
-        self.current = dict.fromkeys(self.FIELDS, 0)
-        self.streaming = False     # the current attempt's answer had started to arrive
+class _Usage(Usage):
+    """Usage, read from the Messages API's usage objects."""
 
     def start(self, usage) -> None:
-        self.streaming = True
-        self.current = {
-            "input_tokens": int(getattr(usage, "input_tokens", 0) or 0),
-            "output_tokens": int(getattr(usage, "output_tokens", 0) or 0),
-            "cache_read_tokens": int(getattr(usage, "cache_read_input_tokens", 0) or 0),
-            "cache_write_tokens": int(getattr(usage, "cache_creation_input_tokens", 0) or 0)}
+        self.current = dict.fromkeys(self.FIELDS, 0)
+        self.set(input_tokens=getattr(usage, "input_tokens", 0),
+                 output_tokens=getattr(usage, "output_tokens", 0),
+                 cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0),
+                 cache_write_tokens=getattr(usage, "cache_creation_input_tokens", 0))
 
     def output(self, tokens) -> None:
         if tokens:
             self.current["output_tokens"] = int(tokens)
-
-    def close_attempt(self) -> bool:
-        """Add the attempt's tokens to the total; whether its answer had started to arrive."""
-        for k in self.FIELDS:
-            self.total[k] += self.current[k]
-        self.current = dict.fromkeys(self.FIELDS, 0)
-        started, self.streaming = self.streaming, False
-        return started
-
-    def cost(self, prices) -> float | None:
-        t = self.total
-        return cost_usd(prices, t["input_tokens"], t["output_tokens"], t["cache_write_tokens"],
-                        t["cache_read_tokens"])
 
 
 class LLMGenerator:
@@ -235,24 +180,10 @@ class LLMGenerator:
             message = stream.get_final_message()
             return message, getattr(stream, "request_id", None)
 
-    def _max_tokens_for(self, request: Request, chars: int, spent_usd: float) -> int:
-        """max_tokens for the next attempt: what the budget can pay for, at most self.max_tokens."""
-        if request.max_usd is None:
-            return self.max_tokens
-        prices = self.price()
-        if prices is None:
-            raise GenerationError(
-                f"no price is known for model {self.model}, so a spending limit (max_usd "
-                f"{request.max_usd:g}) cannot be enforced: add its price to "
-                "~/.config/regen/prices.yaml (or the file $REGEN_PRICES names), or run without "
-                "--max-usd")
-        left = request.max_usd - spent_usd
-        allowed = min(self.max_tokens, affordable_output_tokens(prices, chars, left))
-        if allowed < min(MIN_OUTPUT_TOKENS, self.max_tokens):
-            raise BudgetExhausted(
-                f"max_usd: ${max(left, 0.0):.4f} left cannot pay for another call to {self.model} "
-                f"(a {chars}-character prompt and at least {MIN_OUTPUT_TOKENS} output tokens)")
-        return allowed
+    def policy(self) -> Policy:
+        """The retry, deadline and budget rules of a call (regen/generators/policy.py)."""
+        return Policy(self.model, self.max_tokens, self.stall_timeout, self.max_retries,
+                      self.backoff_s, self.max_backoff_s, self.price())
 
     def generate(self, request: Request) -> Candidate:
         from ..prompt import split_prompt
@@ -264,41 +195,12 @@ class LLMGenerator:
             system.append({"type": "text", "text": static, "cache_control": {"type": "ephemeral"}})
         messages = [{"role": "user", "content": dynamic}]
         chars = len(SYSTEM_ROLE) + len(request.prompt)
-        started = time.monotonic()
         usage = _Usage()
-        attempt = 0
-        while True:
-            max_tokens = self._max_tokens_for(request, chars, usage.cost(self.price()) or 0.0)
-            timeout = self.stall_timeout
-            if request.deadline is not None:
-                left = request.deadline - time.monotonic()
-                if left <= 0:
-                    raise GenerationError(
-                        f"the node's time budget ran out before the call to {self.model}"
-                        + (f" (after {attempt} failed attempts)" if attempt else ""),
-                        transient=True, provenance=self._spend(usage, attempt, started))
-                timeout = min(timeout, left)
-            try:
-                message, request_id = self._call(client, system, messages, max_tokens, timeout,
-                                                 request.deadline, usage)
-                break
-            except Exception as exc:  # noqa: BLE001 - classified below; a bug is raised again
-                kind = failure_kind(exc)
-                if kind is None:
-                    raise
-                mid_answer = usage.close_attempt()
-                delay = _retry_after(exc)
-                if delay is None:
-                    delay = self.backoff_s * (2 ** attempt) * (0.75 + 0.5 * random.random())
-                delay = min(max(delay, 0.0), self.max_backoff_s)
-                late = request.deadline is not None and time.monotonic() + delay >= request.deadline
-                if kind != "retry" or attempt >= self.max_retries or late:
-                    raise GenerationError(
-                        self._describe(exc, attempt, timeout, late and kind == "retry", mid_answer),
-                        transient=kind != "permanent",
-                        provenance=self._spend(usage, attempt, started)) from None
-                time.sleep(delay)
-                attempt += 1
+        (message, request_id), attempt, max_tokens, started = self.policy().run(
+            request, chars, usage,
+            lambda max_tokens, timeout: self._call(client, system, messages, max_tokens, timeout,
+                                                   request.deadline, usage),
+            failure_kind, self._describe, self._spend)
         usage.start(message.usage)
         usage.close_attempt()
         text = "".join(block.text for block in message.content

@@ -4,9 +4,8 @@ for local models served by vLLM, llama.cpp's server, Ollama or any OpenAI-compat
 
 The same contract as the llm generator (regen/generators/llm.py): the prompt's static prefix is the
 system message (servers with prefix caching reuse it), the request part the user message; answers
-are streamed and parsed by parse.py. One retry layer (the SDK's retries are off), every call bounded
-by the node's deadline (read timeout from the time left, checked between chunks) and its dollars
-(max_tokens lowered to what Request.max_usd pays for, when the model has a price in prices.yaml).
+are streamed and parsed by parse.py. Retries, the node's deadline and its dollars follow the same
+rules as every API generator's (regen/generators/policy.py): the SDK's own retries are off.
 
 OPENAI_API_KEY is sent when set (a local server usually needs none); OPENAI_BASE_URL or base_url=
 names the server; REGEN_LLM_MODEL or model= the model it serves.
@@ -15,15 +14,15 @@ names the server; REGEN_LLM_MODEL or model= the model it serves.
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 
 from ..artifact import Candidate, Request
-from . import BudgetExhausted, GenerationError
-from .llm import MIN_OUTPUT_TOKENS, SYSTEM_ROLE, _is_transport, _retry_after, _StreamCut
+from . import GenerationError
+from .llm import SYSTEM_ROLE
 from .parse import ParseError, parse_answer, parse_cell
-from .prices import affordable_output_tokens, cost_usd, load_prices
+from .policy import DeadlineReached, Policy, StreamCut, Usage, is_transport
+from .prices import load_prices
 
 
 def _redact(text: str) -> str:
@@ -35,9 +34,9 @@ def failure_kind(exc: BaseException) -> str | None:
     """retry | transient | permanent | None (not a call failure), as in llm.failure_kind."""
     import openai
 
-    if isinstance(exc, _Deadline):
+    if isinstance(exc, DeadlineReached):
         return "transient"
-    if isinstance(exc, _StreamCut):
+    if isinstance(exc, StreamCut):
         return "retry"
     if isinstance(exc, openai.APIStatusError):
         if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
@@ -47,13 +46,9 @@ def failure_kind(exc: BaseException) -> str | None:
         return "retry"
     if isinstance(exc, openai.APIError):
         return "transient"
-    if _is_transport(exc):
+    if is_transport(exc):
         return "retry"
     return None
-
-
-class _Deadline(Exception):
-    """The node's deadline passed while the answer was streaming in."""
 
 
 class OpenAIGenerator:
@@ -103,7 +98,7 @@ class OpenAIGenerator:
                     base_url=self.base_url, max_retries=0, timeout=self.stall_timeout)
             return self._client
 
-    def _call(self, client, messages, max_tokens, timeout, deadline, usage: dict):
+    def _call(self, client, messages, max_tokens, timeout, deadline, usage: Usage):
         kwargs = dict(model=self.model, messages=messages, max_tokens=max_tokens, stream=True,
                       stream_options={"include_usage": True}, timeout=timeout)
         if self.temperature is not None:
@@ -121,15 +116,15 @@ class OpenAIGenerator:
                     u = chunk.usage
                     details = getattr(u, "prompt_tokens_details", None)
                     cached = int(getattr(details, "cached_tokens", 0) or 0) if details else 0
-                    usage.update(input_tokens=int(u.prompt_tokens or 0) - cached,
-                                 cache_read_tokens=cached,
-                                 output_tokens=int(u.completion_tokens or 0))
+                    usage.set(input_tokens=int(u.prompt_tokens or 0) - cached,
+                              cache_read_tokens=cached,
+                              output_tokens=int(u.completion_tokens or 0))
                 if deadline is not None and time.monotonic() > deadline:
-                    raise _Deadline()
+                    raise DeadlineReached()
         finally:
             stream.close()
         if finish is None:   # the connection closed before the answer ended
-            raise _StreamCut()
+            raise StreamCut()
         return "".join(parts), finish, model, getattr(stream, "response", None)
 
     def generate(self, request: Request) -> Candidate:
@@ -141,47 +136,17 @@ class OpenAIGenerator:
                                                                  else "")},
                     {"role": "user", "content": dynamic}]
         chars = len(SYSTEM_ROLE) + len(request.prompt)
-        started = time.monotonic()
-        total = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
-                 "cache_write_tokens": 0}
-        attempt = 0
-        while True:
-            max_tokens = self._max_tokens_for(request, chars, self._cost(total) or 0.0)
-            timeout = self.stall_timeout
-            if request.deadline is not None:
-                left = request.deadline - time.monotonic()
-                if left <= 0:
-                    raise GenerationError(f"the node's time budget ran out before the call to "
-                                          f"{self.model}", transient=True,
-                                          provenance=self._spend(total, attempt, started))
-                timeout = min(timeout, left)
-            usage: dict = {}
-            try:
-                text, finish, served, response = self._call(client, messages, max_tokens,
-                                                             timeout, request.deadline, usage)
-                for k, v in usage.items():
-                    total[k] += v
-                break
-            except Exception as exc:  # noqa: BLE001 - classified below; a bug is raised again
-                kind = failure_kind(exc)
-                if kind is None:
-                    raise
-                for k, v in usage.items():
-                    total[k] += v
-                delay = _retry_after(exc)
-                if delay is None:
-                    delay = self.backoff_s * (2 ** attempt) * (0.75 + 0.5 * random.random())
-                delay = min(max(delay, 0.0), self.max_backoff_s)
-                late = request.deadline is not None and time.monotonic() + delay >= request.deadline
-                if kind != "retry" or attempt >= self.max_retries or late:
-                    raise GenerationError(self._describe(exc, attempt, timeout),
-                                          transient=kind != "permanent",
-                                          provenance=self._spend(total, attempt, started)) from None
-                time.sleep(delay)
-                attempt += 1
+        usage = Usage()
+        (text, finish, served, response), attempt, max_tokens, started = self.policy().run(
+            request, chars, usage,
+            lambda max_tokens, timeout: self._call(client, messages, max_tokens, timeout,
+                                                   request.deadline, usage),
+            failure_kind, self._describe, self._spend)
+        usage.close_attempt()
+        total = usage.total
         provenance = {"generator": "openai", "model": self.model, "response_model": served,
                       "base_url": self.base_url, "max_tokens": max_tokens, **total,
-                      "cost_usd": self._cost(total), "stop_reason": finish,
+                      "cost_usd": usage.cost(self.price()), "stop_reason": finish,
                       "request_id": response.headers.get("x-request-id") if response is not None
                       else None,
                       "retries": attempt, "seconds": round(time.monotonic() - started, 3)}
@@ -195,36 +160,24 @@ class OpenAIGenerator:
         return Candidate(source=source, recipe=recipe, provenance=provenance, note=note,
                          cell=parse_cell(text))
 
-    def _max_tokens_for(self, request: Request, chars: int, spent: float) -> int:
-        if request.max_usd is None:
-            return self.max_tokens
-        prices = self.price()
-        if prices is None:
-            raise GenerationError(f"no price is known for model {self.model}, so a spending limit "
-                                  f"(max_usd {request.max_usd:g}) cannot be enforced: add its "
-                                  "price to ~/.config/regen/prices.yaml (or $REGEN_PRICES)")
-        left = request.max_usd - spent
-        allowed = min(self.max_tokens, affordable_output_tokens(prices, chars, left))
-        if allowed < min(MIN_OUTPUT_TOKENS, self.max_tokens):
-            raise BudgetExhausted(f"max_usd: ${max(left, 0.0):.4f} left cannot pay for another "
-                                  f"call to {self.model}")
-        return allowed
+    def policy(self) -> Policy:
+        """The retry, deadline and budget rules of a call (regen/generators/policy.py)."""
+        return Policy(self.model, self.max_tokens, self.stall_timeout, self.max_retries,
+                      self.backoff_s, self.max_backoff_s, self.price())
 
-    def _cost(self, total: dict) -> float | None:
-        return cost_usd(self.price(), total["input_tokens"], total["output_tokens"],
-                        total["cache_write_tokens"], total["cache_read_tokens"])
+    def _spend(self, usage: Usage, attempt: int, started: float) -> dict:
+        return {"generator": "openai", "model": self.model, **usage.total,
+                "cost_usd": usage.cost(self.price()), "attempts": attempt + 1,
+                "seconds": round(time.monotonic() - started, 3)}
 
-    def _spend(self, total: dict, attempt: int, started: float) -> dict:
-        return {"generator": "openai", "model": self.model, **total, "cost_usd": self._cost(total),
-                "attempts": attempt + 1, "seconds": round(time.monotonic() - started, 3)}
-
-    def _describe(self, exc, attempt: int, timeout: float) -> str:
+    def _describe(self, exc, attempt: int, timeout: float, out_of_time: bool = False,
+                  mid_answer: bool = False) -> str:
         import openai
 
         tries = f" after {attempt + 1} attempts" if attempt else ""
-        if isinstance(exc, _Deadline):
+        if isinstance(exc, DeadlineReached):
             what = "the node's time budget ran out while the answer was streaming"
-        elif isinstance(exc, _StreamCut):
+        elif isinstance(exc, StreamCut):
             what = "the stream ended before the answer did (the connection closed mid-answer)"
         elif isinstance(exc, openai.AuthenticationError):
             what = "the API key was rejected (401): check OPENAI_API_KEY"
@@ -235,5 +188,7 @@ class OpenAIGenerator:
         else:
             cause = exc.__cause__ or exc
             what = f"could not reach the server ({type(cause).__name__}: {cause})"
+        if out_of_time:
+            what += "; no time left in the node's budget to retry"
         return _redact(f"OpenAI-compatible call to {self.base_url or 'api.openai.com'} for model "
                        f"{self.model} failed{tries}: {what}")

@@ -1,6 +1,9 @@
 """regen's verified kernels as PyTorch ops: `import regen.ops` registers every spec of the project
 as `torch.ops.regen.<kernel>` (a torch.library custom op whose schema comes from the spec) and
-gives a Python function per kernel here, e.g. `regen.ops.rmsnorm(x, weight, eps=1e-06)`.
+gives a Python function per kernel here, e.g. `regen.ops.rmsnorm(x, weight, eps=1e-06)`. An
+output the spec writes over an input (`inplace_of`) makes a mutating op (`Tensor(a!) logits`).
+Ops with a backward spec are differentiable: their autograd formulas call the backward ops
+(regen/ops/autograd.py).
 
 A call runs the verified artifact of the column for the tensors' device (regen/ops/library.py
 says how the column and its artifact are chosen), else the oracle's baseline() with one
@@ -18,6 +21,7 @@ configure(allow_unverified=True)), with a warning.
 
 from __future__ import annotations
 
+from . import autograd
 from .dispatch import KernelOp, RegenOpsWarning, python_function, register, reset_warnings
 from .library import ProjectResolver
 from .signature import Signature, SignatureError
@@ -33,6 +37,7 @@ for _data in _resolver.signatures():
     except SignatureError as _exc:  # a signature torch.library cannot express (yet)
         _skipped[_data["name"]] = str(_exc)
 _library = register(NAMESPACE, list(_ops.values()))
+_differentiable = autograd.register(NAMESPACE, _ops, _library, __name__)
 
 
 for _name, _op in _ops.items():
@@ -42,6 +47,11 @@ for _name, _op in _ops.items():
 def kernels() -> list[str]:
     """The kernels registered as ops."""
     return sorted(_ops)
+
+
+def differentiable() -> list[str]:
+    """The ops with a backward formula (their backward specs' ops; regen/ops/autograd.py)."""
+    return sorted(_differentiable)
 
 
 def skipped() -> dict[str, str]:
@@ -95,4 +105,5 @@ def runs(kernel: str, *args) -> str | None:
     return _ops[kernel].plan_for(*args).column
 
 
-__all__ = ["RegenOpsWarning", "SignatureError", "configure", "kernels", "runs", "skipped", "status", *_ops]
+__all__ = ["RegenOpsWarning", "SignatureError", "configure", "differentiable", "kernels", "runs",
+           "skipped", "status", *_ops]

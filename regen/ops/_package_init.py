@@ -16,6 +16,7 @@ import json
 import platform
 from pathlib import Path
 
+from . import _autograd
 from ._dispatch import KernelOp, Resolution, python_function, register
 from ._launch import CpuLibrary, CudaLibrary
 from ._signature import Signature
@@ -86,6 +87,7 @@ _resolver = _Resolver()
 _ops = {d["name"]: KernelOp(Signature(d, __name__), _resolver, NAMESPACE, __name__)
         for d in MANIFEST["ops"]}
 _library = register(NAMESPACE, list(_ops.values()))
+_differentiable = _autograd.register(NAMESPACE, _ops, _library, __name__)
 for _name, _op in _ops.items():
     globals()[_name] = python_function(_op, __name__, MANIFEST["summaries"].get(_name, ""))
 
@@ -94,6 +96,24 @@ def columns() -> list[dict]:
     """What this package carries: per (kernel, column), where and when it was verified."""
     return [{"column": c["column"], "device": c["device"], **c["record"]}
             for c in MANIFEST["columns"]]
+
+
+def kernels() -> list[str]:
+    """The kernels this package has ops for."""
+    return sorted(_ops)
+
+
+def patch(model) -> dict[str, int]:
+    """Swap a model's RMSNorm, RoPE, SwiGLU, softmax and cross-entropy modules for ones calling
+    this package's ops (as regen.patch does with regen.ops); kinds it has no kernel for stay."""
+    from ._patch import patch as _patch
+
+    return _patch(model, __name__)
+
+
+def differentiable() -> list[str]:
+    """The ops with a backward formula: those whose backward kernel was exported with them."""
+    return sorted(_differentiable)
 
 
 def runs(kernel: str, *args) -> str | None:

@@ -8,10 +8,16 @@ and an exported package from the verification record it carries:
     resolver.resolve(kernel, device_type, device_index) -> Resolution
     resolver.fallback(kernel) -> callable(inputs: dict, case) -> dict | None
 
-The hot path: one dict lookup keyed by (params, each tensor's shape, dtype, device); on a hit, a
-contiguity and alignment check per tensor, the outputs allocated, the bound launch run. Everything
+The hot path: one dict lookup keyed by (params, each tensor's shape, dtype, device, contiguity);
+on a hit, an alignment check per tensor, the outputs allocated, the bound launch run. Everything
 else (validation against the signature, choosing the column, binding the recipe, loading the
-binary) happens once per key, in _plan().
+binary) happens once per key, in _plan(), and only a call that went through torch's dispatcher
+makes a plan. The Python function per kernel (python_function) skips the dispatcher when it would
+only have routed the call to impl() and the plan already exists: eager mode, plain tensors, no
+autograd to record (backward or forward-mode), no torch function/dispatch mode, functorch
+transform, jit tracer or profiler watching.
+Anything else takes torch.ops.<namespace>.<kernel>, so validation and the verified-only rule are
+the same on both paths: a plan is made by impl() and nowhere else.
 """
 
 from __future__ import annotations
@@ -69,13 +75,41 @@ class KernelOp:
         self._n = len(signature.inputs)
         self._input_names = [t["name"] for t in signature.inputs]
         self._single = len(signature.outputs) == 1
+        self._defaults = tuple(p.get("default") for p in signature.params)
         self._plans: dict = {}
 
     # -- the call path -----------------------------------------------------------------------
+    def params(self, args) -> tuple:
+        """A call's params as torch hands them to impl(): without trailing ones equal to their
+        default (so rmsnorm(x, w) and rmsnorm(x, w, 1e-6) share one plan on both paths)."""
+        params = args[self._n:]
+        while params and params[-1] == self._defaults[len(params) - 1]:
+            params = params[:-1]
+        return params
+
+    def key(self, args) -> tuple:
+        """The plan cache's key of a call: its params, then per tensor shape, dtype, device and
+        whether it is contiguous (a non-contiguous tensor's key leads to _plan's error)."""
+        n = self._n
+        params = args[n:]
+        if params:
+            params = self.params(args)
+        if n == 1:
+            x = args[0]
+            return (params, x.shape, x.dtype, x.device, x.is_contiguous())
+        if n == 2:
+            x, y = args[0], args[1]
+            return (params, x.shape, x.dtype, x.device, x.is_contiguous(),
+                    y.shape, y.dtype, y.device, y.is_contiguous())
+        key = [params]
+        for t in args[:n]:
+            key += (t.shape, t.dtype, t.device, t.is_contiguous())
+        return tuple(key)
+
     def impl(self, *args):
         n = self._n
         tensors = args[:n]
-        key = (args[n:], *[(t.shape, t.dtype, t.device, t.is_contiguous()) for t in tensors])
+        key = self.key(args)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(tensors, args[n:], key)
@@ -98,6 +132,8 @@ class KernelOp:
         torch = self.torch
         outs = [tensors[0].new_empty(shape, dtype=getattr(torch, dt))
                 for shape, dt in zip(self.sig.output_shapes(env), self.sig.output_dtypes(env))]
+        if not outs:  # only in-place outputs: the op returns nothing
+            return None
         return outs[0] if self._single else tuple(outs)
 
     # -- plans, once per key -------------------------------------------------------------------
@@ -123,6 +159,10 @@ class KernelOp:
         return plan
 
     def _kernel_plan(self, env, device, res: Resolution):
+        """The callable(tensors) of one key: everything that does not depend on the tensors'
+        addresses is decided here, so a call allocates its outputs (and the scratch buffers the
+        chosen launches name; a variant that needs none allocates none), checks alignment and
+        launches."""
         torch = self.torch
         sig = self.sig
         # each output allocated like an input of its shape and dtype where there is one
@@ -134,30 +174,51 @@ class KernelOp:
         for shape, dt in zip(sig.output_shapes(env), sig.output_dtypes(env)):
             like = next((i for i, spec in enumerate(inputs) if spec == (list(shape), dt)), None)
             outputs.append((like, shape, getattr(torch, dt)))
-        scratch = [(shape, getattr(torch, dt), zero) for _n, dt, shape, zero in
-                   workspace(res.recipe, env)]
-        names = [*self._input_names, *(t["name"] for t in sig.outputs),
-                 *(w[0] for w in workspace(res.recipe, env))]
+        scratch_names = [w[0] for w in workspace(res.recipe, env)]
+        names = [*self._input_names, *(t["name"] for t in sig.outputs), *scratch_names]
         launches = bind_recipe(res.recipe, env, set(names), env["T"])
-        run = res.library.plan(launches, {name: i for i, name in enumerate(names)}, device.index)
+        used = {v for *_launch, args in launches for kind, v in args if kind == "tensor"}
+        scratch = [(shape, getattr(torch, dt), zero) for name, dt, shape, zero in
+                   workspace(res.recipe, env) if name in used]
+        names = [*names[:len(names) - len(scratch_names)],
+                 *(name for name in scratch_names if name in used)]
+        index = {name: i for i, name in enumerate(names)}
+        for out in sig.inplace:  # an output written over an input is that input's buffer
+            index[out["name"]] = index[out["inplace_of"]]
+        run = res.library.plan(launches, index, device.index)
         align = ALIGN[device.type]
         empty, empty_like, zeros, single = torch.empty, torch.empty_like, torch.zeros, self._single
+        outputs = [(like, tuple(shape), dt) for like, shape, dt in outputs]
         misaligned = []  # the fallback plan, made on the first misaligned call
 
-        def kernel(tensors):
-            ptrs = [t.data_ptr() for t in tensors]
-            for p in ptrs:
-                if p % align:
-                    return self._misaligned(misaligned, env, device, align)(tensors)
-            outs = [empty_like(tensors[like]) if like is not None else
-                    empty(shape, dtype=dt, device=device) for like, shape, dt in outputs]
-            ptrs += [o.data_ptr() for o in outs]
-            if scratch:
-                ws = [(zeros if zero else empty)(shape, dtype=dt, device=device)
-                      for shape, dt, zero in scratch]
-                ptrs += [w.data_ptr() for w in ws]
-            run(ptrs)
-            return outs[0] if single else tuple(outs)
+        if single and not scratch and outputs[0][0] is not None:
+            like = outputs[0][0]
+
+            def kernel(tensors):  # the common case: one output shaped like an input
+                ptrs = [t.data_ptr() for t in tensors]
+                for p in ptrs:
+                    if p % align:
+                        return self._misaligned(misaligned, env, device, align)(tensors)
+                out = empty_like(tensors[like])
+                ptrs.append(out.data_ptr())
+                run(ptrs)
+                return out
+        else:
+            def kernel(tensors):
+                ptrs = [t.data_ptr() for t in tensors]
+                for p in ptrs:
+                    if p % align:
+                        return self._misaligned(misaligned, env, device, align)(tensors)
+                first = tensors[0]
+                outs = [empty_like(tensors[like]) if like is not None else
+                        first.new_empty(shape, dtype=dt) for like, shape, dt in outputs]
+                ptrs += [o.data_ptr() for o in outs]
+                if scratch:
+                    ws = [(zeros if zero else empty)(shape, dtype=dt, device=device)
+                          for shape, dt, zero in scratch]
+                    ptrs += [w.data_ptr() for w in ws]
+                run(ptrs)
+                return outs[0] if single else tuple(outs) if outs else None
 
         kernel.column = res.column
         return kernel
@@ -189,6 +250,7 @@ class KernelOp:
                                dist="normal", device=str(device), name=f"{op}({sig.describe(env)})")
         shapes, dtypes = sig.output_shapes(env), sig.output_dtypes(env)
         names, single = self._input_names, self._single
+        inplace = [(out["name"], names.index(out["inplace_of"])) for out in sig.inplace]
 
         def fallback(tensors):
             got = fn(dict(zip(names, tensors)), case)
@@ -206,7 +268,11 @@ class KernelOp:
                 if any(base == t.untyped_storage().data_ptr() for t in (*tensors, *outs)):
                     out = out.clone()
                 outs.append(out.contiguous())
-            return outs[0] if single else tuple(outs)
+            for name, i in inplace:  # what the kernel would have written over an input
+                got_inplace = got[name]
+                if got_inplace.data_ptr() != tensors[i].data_ptr():
+                    tensors[i].copy_(got_inplace)
+            return outs[0] if single else tuple(outs) if outs else None
 
         fallback.column = None
         return fallback
@@ -214,7 +280,7 @@ class KernelOp:
     def plan_for(self, *args):
         """The plan a call with these arguments runs (tests, `regen.ops.explain`)."""
         n = self._n
-        key = (args[n:], *[(t.shape, t.dtype, t.device, t.is_contiguous()) for t in args[:n]])
+        key = self.key(args)
         return self._plans.get(key) or self._plan(args[:n], args[n:], key)
 
 
@@ -233,16 +299,42 @@ def register(namespace: str, ops: list[KernelOp]):
 
 
 def python_function(op: KernelOp, module: str, summary: str = ""):
-    """`module.<kernel>(x, weight, eps=1e-06)`: calls the op's overload directly (no overload
-    resolution per call), with the spec's signature for help() and IDEs."""
+    """`module.<kernel>(x, weight, eps=1e-06)`, with the spec's signature for help() and IDEs.
+
+    It calls the op's overload (torch's dispatcher: autograd, torch.compile, modes, profiling)
+    unless the call is one the dispatcher would only hand to impl() unchanged and impl() has
+    planned it already; then it runs that plan directly. Which calls those are is decided per
+    call by cheap checks, and dynamo sees is_compiling() true, so a traced call is always the
+    overload."""
     import inspect
 
     import torch
 
     overload = getattr(getattr(torch.ops, op.namespace), op.name).default
     sig = op.sig
+    plans, key_of, n = op._plans, op.key, op._n  # op._plans is only ever cleared in place
+    Tensor = torch.Tensor
+    compiling = torch.compiler.is_compiling
+    grad_enabled = torch._C.is_grad_enabled
+    function_mode = torch._C._is_torch_function_mode_enabled
+    dispatch_modes = torch._C._len_torch_dispatch_stack
+    transforms = torch._C._functorch.peek_interpreter_stack
+    tracing = torch._C._get_tracing_state
+    import torch.autograd.forward_ad as forward_ad
+    import torch.autograd.profiler as profiler
 
     def call(*args, **kwargs):
+        if (not kwargs and len(args) >= n and not compiling() and not function_mode()
+                and not dispatch_modes() and transforms() is None and tracing() is None
+                and not profiler._is_profiler_enabled and forward_ad._current_level < 0):
+            grad = grad_enabled()
+            for t in args[:n]:
+                if type(t) is not Tensor or (grad and t.requires_grad):
+                    break
+            else:
+                plan = plans.get(key_of(args))
+                if plan is not None:
+                    return plan(args[:n])
         return overload(*args, **kwargs)
 
     params = [inspect.Parameter(t["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD)

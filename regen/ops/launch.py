@@ -2,7 +2,8 @@
 bound to a call's shapes, once per shape (the hot path then only fills pointers and launches).
 
 Standalone, like signature.py: ctypes, struct, cuda.bindings for CUDA (imported when a cubin is
-first loaded) and regen's expression parser and dtype table, which `regen export` ships with it.
+first loaded), regen's expression parser and dtype table and its driver helpers (regen/cudadrv.py,
+shared with the judge's runtime), which `regen export` ships with it.
 
 CUDA: the cubin is loaded into torch's primary context of the tensors' device and launched with
 the driver API on torch's current stream, exactly as the judge's runtime does
@@ -19,6 +20,9 @@ import ctypes
 import struct
 import threading
 
+from ..cudadrv import call as _call
+from ..cudadrv import check as _check
+from ..cudadrv import param_sizes
 from ..dtypes import short
 from ..expr import evaluate
 
@@ -139,23 +143,6 @@ def _driver():
     return driver
 
 
-def _check(result, what: str) -> None:
-    driver = _driver()
-    if result != driver.CUresult.CUDA_SUCCESS:
-        try:
-            err, name = driver.cuGetErrorName(result)
-            name = name.decode() if err == driver.CUresult.CUDA_SUCCESS and name else str(result)
-        except Exception:  # noqa: BLE001 - the enum's own name is good enough
-            name = getattr(result, "name", str(result))
-        raise RuntimeError(f"{what}: {name}")
-
-
-def _call(what: str, fn, *args):
-    out = fn(*args)
-    _check(out[0], what)
-    return out[1] if len(out) == 2 else out[1:]
-
-
 def _raw_stream_getter():
     """device index -> the handle of torch's current stream there (what torch.compile's own
     generated code calls: a C function, not a Stream object per call)."""
@@ -163,6 +150,30 @@ def _raw_stream_getter():
 
     get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return get if get is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+
+
+def _prefix_filler(pack, slots, pick, one: bool):
+    """Fill the leading pointer slots from the call's pointers in one pack_into."""
+    if one:
+        return lambda ptrs: pack(slots, 0, pick(ptrs))
+    return lambda ptrs: pack(slots, 0, *pick(ptrs))
+
+
+def _slot_filler(slots, where: tuple):
+    """Fill pointer slots anywhere in the argument list, one pack_into each."""
+    pack = struct.Struct("<Q").pack_into
+
+    def fill(ptrs):
+        for offset, b in where:
+            pack(slots, offset, ptrs[b])
+    return fill
+
+
+def _current_device_getter():
+    """() -> torch's current CUDA device index (a C function of torch)."""
+    import torch
+
+    return torch._C._cuda_getDevice
 
 
 class CudaLibrary:
@@ -174,7 +185,7 @@ class CudaLibrary:
         self.image, self.name = image, name
         self._modules: dict[int, tuple] = {}   # device index -> (context, module)
         self._functions: dict[tuple, object] = {}
-        self._local = threading.local()
+        self._local = threading.local()  # .devices: those whose context this thread made current
 
     def _module(self, index: int):
         if index not in self._modules:
@@ -205,7 +216,7 @@ class CudaLibrary:
                 raise RuntimeError(f"kernel {name!r} is not in {self.name}")
             _check(err, f"cuModuleGetFunction({name})")
             self._functions[key] = fn
-            sizes = _param_sizes(fn)
+            sizes = param_sizes(fn)
             given = [_PARAM_SIZES[k] for k in kinds]
             if sizes is not None and sizes != given:
                 raise RuntimeError(f"kernel {name!r} takes parameters of {sizes} bytes, the recipe "
@@ -218,8 +229,9 @@ class CudaLibrary:
         return fn
 
     def _ensure_context(self, index: int) -> None:
-        """The thread's current context is torch's primary context of `index` (a thread that has
-        not used the driver API before may have none current)."""
+        """The calling thread's current context is torch's primary context of `index` (a thread
+        that has not used the driver API before may have none current); once per thread (a
+        thread-local set, so a new thread reusing a dead one's id is not mistaken for it)."""
         done = getattr(self._local, "devices", None)
         if done is None:
             done = self._local.devices = set()
@@ -234,8 +246,15 @@ class CudaLibrary:
 
     def plan(self, launches: list[tuple], index: dict[str, int], device_index: int):
         """A callable(pointers) launching the recipe on the current stream of `device_index`.
-        Each launch's parameters live in one buffer of 8-byte slots, filled with one
-        struct.pack_into per call; the kernelParams array pointing into it is built once."""
+
+        Each launch's parameters live in one buffer of 8-byte slots whose kernelParams array is
+        built once; the scalars (fixed for a plan) are packed into it here, so a call packs only
+        the tensor pointers: one struct.pack_into when they are the leading arguments (the usual
+        recipe), one per pointer otherwise. Per call besides: the device check, the thread's
+        context (a lookup after the thread's first call), the stream handle and cuLaunchKernel
+        through cuda.bindings (a third of a microsecond of Python, less than a ctypes call)."""
+        import operator
+
         driver = _driver()
         launch_kernel = driver.cuLaunchKernel
         success = driver.CUresult.CUDA_SUCCESS
@@ -245,56 +264,47 @@ class CudaLibrary:
                 raise NoLaunch(f"kernel {kernel!r} would launch an empty grid {grid} x {block}")
             kinds = tuple(k for k, _ in args)
             fn = self._function(device_index, kernel, kinds, shared)
-            fmt = "<" + "".join(_PACK[k] for k in kinds)
             slots = ctypes.create_string_buffer(max(8 * len(args), 8))
             params = (ctypes.c_void_p * max(len(args), 1))(
                 *[ctypes.addressof(slots) + 8 * i for i in range(len(args))])
             values = [0 if k == "tensor" else _scalar_checked(kernel, i, k, v)
                       for i, (k, v) in enumerate(args)]
-            pointers = tuple((i, index[v]) for i, (k, v) in enumerate(args) if k == "tensor")
-            prepared.append((fn, grid, block, shared, fmt, slots, ctypes.addressof(params), values,
-                             pointers, kernel, params))
+            struct.pack_into("<" + "".join(_PACK[k] for k in kinds), slots, 0, *values)
+            tensors = [(i, index[v]) for i, (k, v) in enumerate(args) if k == "tensor"]
+            if [i for i, _ in tensors] == list(range(len(tensors))) and tensors:
+                fill = _prefix_filler(struct.Struct("<" + "Q" * len(tensors)).pack_into, slots,
+                                      operator.itemgetter(*[b for _, b in tensors]),
+                                      len(tensors) == 1)
+            else:
+                fill = _slot_filler(slots, tuple((8 * i, b) for i, b in tensors))
+            prepared.append((fn, *grid, *block, shared, fill, ctypes.addressof(params), kernel,
+                             (slots, params)))
         lock = threading.Lock()
         raw_stream = _raw_stream_getter()
-
+        current_device = _current_device_getter()
+        local = self._local
         streams: dict = {}  # raw handle -> CUstream, as the judge's runtime passes it
-
-        import torch
-
-        current_device = torch._C._cuda_getDevice
 
         def run(ptrs):
             if current_device() != device_index:  # tensors on another GPU than the current one
+                import torch
+
                 with torch.cuda.device(device_index):
                     return run(ptrs)
-            self._ensure_context(device_index)
+            ready = getattr(local, "devices", None)
+            if ready is None or device_index not in ready:
+                self._ensure_context(device_index)
             raw = raw_stream(device_index)
             stream = streams.get(raw)
             if stream is None:
                 stream = streams[raw] = driver.CUstream(raw)
             with lock:  # the slots are shared by every call of this shape
-                for fn, grid, block, shared, fmt, slots, params, values, pointers, kernel, _ in prepared:
-                    for pos, b in pointers:
-                        values[pos] = ptrs[b]
-                    struct.pack_into(fmt, slots, 0, *values)
-                    (err,) = launch_kernel(fn, grid[0], grid[1], grid[2], block[0], block[1],
-                                           block[2], shared, stream, params, 0)
+                for fn, gx, gy, gz, bx, by, bz, shared, fill, params, kernel, _ in prepared:
+                    fill(ptrs)
+                    (err,) = launch_kernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
                     if err != success:
-                        _check(err, f"launching kernel {kernel!r} grid={grid} block={block}")
+                        _check(err, f"launching kernel {kernel!r} grid={(gx, gy, gz)} "
+                                    f"block={(bx, by, bz)}")
         run.keep_alive = prepared
         return run
 
-
-def _param_sizes(fn):
-    """Sizes of a kernel's parameters (driver >= 12.4), or None when the driver cannot say."""
-    driver = _driver()
-    if not hasattr(driver, "cuFuncGetParamInfo"):
-        return None
-    sizes = []
-    while True:
-        err, _offset, size = driver.cuFuncGetParamInfo(fn, len(sizes))
-        if err == driver.CUresult.CUDA_ERROR_INVALID_VALUE:
-            return sizes
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return None
-        sizes.append(size)

@@ -84,21 +84,30 @@ class Signature:
         self.label = f"{label}.{self.name}"  # how errors name the op
         self.dtypes = list(data["dtypes"])
         self.inputs = [dict(t) for t in data["inputs"]]
-        self.outputs = [dict(t) for t in data["outputs"]]
+        # outputs the op returns; an output written over an input (`inplace_of`) is not returned:
+        # the op mutates that input, and its schema says so (Tensor(a!))
+        outputs = [dict(t) for t in data["outputs"]]
+        self.outputs = [t for t in outputs if not t.get("inplace_of")]
+        self.inplace = [t for t in outputs if t.get("inplace_of")]
         self.params = [dict(p) for p in data.get("params", [])]
-        for out in self.outputs:
-            if out.get("inplace_of"):
-                raise SignatureError(
-                    f"{self.label}: output {out['name']!r} updates input {out['inplace_of']!r} in "
-                    "place; in-place outputs are not exposed as ops yet")
+        names = [t["name"] for t in self.inputs]
+        for out in self.inplace:
+            if out["inplace_of"] not in names:
+                raise SignatureError(f"{self.label}: output {out['name']!r} is inplace_of "
+                                     f"{out['inplace_of']!r}, which is not an input "
+                                     f"({', '.join(names)})")
+        self.mutated = [names.index(t["inplace_of"]) for t in self.inplace]
         # a symbol that is only ever part of an expression (swiglu's x: [M, "2 * N"]) is solved
         # from the first dimension that names it alone
         self.symbols = sorted(set().union(*(_names(d) for t in self.inputs for d in t["shape"])))
 
     # -- the torch schema ------------------------------------------------------------------
     def schema(self) -> str:
-        """`rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor`."""
-        args = [f"Tensor {t['name']}" for t in self.inputs]
+        """`rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor`; an input an output is
+        written over reads `Tensor(a!) logits`."""
+        mutated = {self.inputs[i]["name"]: chr(ord("a") + k) for k, i in enumerate(self.mutated)}
+        args = [f"Tensor({mutated[t['name']]}!) {t['name']}" if t["name"] in mutated
+                else f"Tensor {t['name']}" for t in self.inputs]
         for p in self.params:
             default = p.get("default")
             text = f"{p['type']} {p['name']}"
@@ -107,7 +116,7 @@ class Signature:
                                else repr(float(default)) if p["type"] == "float" else str(int(default)))
             args.append(text)
         outs = "Tensor" if len(self.outputs) == 1 else \
-            "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+            "(" + ", ".join("Tensor" for _ in self.outputs) + ")"  # "()" when nothing is returned
         return f"{self.name}({', '.join(args)}) -> {outs}"
 
     def python_signature(self) -> str:

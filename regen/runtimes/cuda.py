@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from cuda.bindings import driver
 
+from ..cudadrv import call as _call
+from ..cudadrv import check, param_sizes
 from ..recipe import BoundArg, BoundLaunch
 from .events import Stall, Timer
 
@@ -24,29 +26,6 @@ DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in to more dy
 _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64,
            "float32": ctypes.c_float, "float64": ctypes.c_double}
 _INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
-
-
-def error_name(result) -> str:
-    """CUDA_ERROR_... for a CUresult (the enum's own name when the driver cannot be asked)."""
-    try:
-        err, name = driver.cuGetErrorName(result)
-        if err == driver.CUresult.CUDA_SUCCESS and name:
-            return name.decode()
-    except Exception:  # noqa: BLE001 - no driver library: fall back to the enum name
-        pass
-    return getattr(result, "name", str(result))
-
-
-def check(result, what: str) -> None:
-    """Raise RuntimeError('<what>: CUDA_ERROR_...') unless result is CUDA_SUCCESS."""
-    if result != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"{what}: {error_name(result)}")
-
-
-def _call(what: str, fn, *args):
-    out = fn(*args)
-    check(out[0], what)
-    return out[1] if len(out) == 2 else out[1:]
 
 
 def pack_params(launch: BoundLaunch, buffers: dict) -> tuple[ctypes.Array, list]:
@@ -120,22 +99,8 @@ class Runtime:
                                    f'extern "C" __global__ with exactly this name)')
             check(err, f"cuModuleGetFunction({name})")
             self._functions[name] = fn
-            self._param_sizes[name] = self._kernel_param_sizes(fn)
+            self._param_sizes[name] = param_sizes(fn)
         return self._functions[name]
-
-    @staticmethod
-    def _kernel_param_sizes(fn) -> list[int] | None:
-        """Sizes of the kernel's parameters (driver >= 12.4), or None when it cannot say."""
-        if not hasattr(driver, "cuFuncGetParamInfo"):
-            return None
-        sizes = []
-        while True:
-            err, _offset, size = driver.cuFuncGetParamInfo(fn, len(sizes))
-            if err == driver.CUresult.CUDA_ERROR_INVALID_VALUE:
-                return sizes
-            if err != driver.CUresult.CUDA_SUCCESS:
-                return None
-            sizes.append(size)
 
     def _check_signature(self, launch: BoundLaunch) -> None:
         sizes = self._param_sizes.get(launch.kernel)
