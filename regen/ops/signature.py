@@ -199,8 +199,9 @@ class Signature:
             a = Fraction(shape_eval(dim, {**env, name: _PROBE}) - b, _PROBE)
             if a == 0:
                 return False
-            value = (size - b) / a
-            value = int(value) if value.denominator == 1 else -1
+            # integer arithmetic only: under torch.compile `size` is a SymInt, which a Fraction
+            # cannot divide; the re-evaluation below rejects a size no integer reaches
+            value = ((size - b) * a.denominator) // a.numerator
             if value < 0 or shape_eval(dim, {**env, name: value}) != size:
                 raise SignatureError(f"{self.label}: {spec['name']}.shape[{i}] is {size}, "
                                      f"which is not {dim} for any integer {name}")
