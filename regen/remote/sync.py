@@ -98,11 +98,11 @@ class Sync:
             entry = store.current(spec.name, target.name)
             if entry is None:
                 continue
-            ids = (entry.id, *(e.id for e in store.pending(spec.name, target.name)))
+            self._pull_compiled(entry, target, compiled, report)   # before records: their
+            ids = (entry.id, *(e.id for e in store.pending(spec.name, target.name)))  # check compiles
             for entry_id in ids:
                 self._pull_records(project, store, spec.name, target.name, entry_id, ids,
                                    recs, report)
-            self._pull_compiled(entry, target, compiled, report)
         return report
 
     def _pull_entry(self, store, node, gens, recs, report: Report) -> None:
