@@ -216,14 +216,15 @@ def pull(args, project, sync_, store_=None) -> None:
 
 def add_executor(parser) -> None:
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
-                        help="where verification runs: this machine (default), or a Ray cluster "
-                             "whose workers offer each column's hardware (`regen worker`)")
+                        help="where verification runs: this machine (default: local), or a Ray "
+                             "cluster whose workers offer each column's hardware (`regen worker`)")
     parser.add_argument("--address", metavar="ADDR",
                         help="--executor ray: the cluster (default: $RAY_ADDRESS, else the one "
                              "`ray start --head` started on this machine)")
     if not any(a.dest == "jobs" for a in parser._actions):
         parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                            help="nodes at once (with --executor ray, default: one per worker slot)")
+                            help="nodes at once (default: 1; with --executor ray, one per worker "
+                                 "slot)")
 
 
 def executor(args, project):

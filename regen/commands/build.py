@@ -22,9 +22,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--regenerate", action="store_true",
                         help="regenerate even up-to-date artifacts")
     parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                        help="nodes built at once (GPU verification still runs one at a time "
-                             "on the local executor; with --executor ray, default: one per "
-                             "worker slot)")
+                        help="nodes built at once (default: 1; with --executor ray, one per "
+                             "worker slot); the local executor still verifies on a GPU one at a "
+                             "time")
     _common.add_executor(parser)
 
 

@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
                                    "at it) and FILE.pub (a line for the trust files of the machines "
                                    "that should believe this one).",
                        formatter_class=parser.formatter_class)
-    k.add_argument("file")
+    k.add_argument("file", help="where to write the private key (FILE.pub: the public line)")
     k.add_argument("--name", help="the key's name (default: the file's name)")
 
 

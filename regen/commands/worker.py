@@ -27,8 +27,8 @@ def add_arguments(parser) -> None:
                         help="verifications at once (default: one per GPU; 1 for the host column, "
                              "so timings do not share the cores)")
     parser.add_argument("--timing-lock", choices=("auto", "on", "off"), default="auto",
-                        help="take turns at timing across this host's GPUs (auto: on with more "
-                             "than one slot)")
+                        help="take turns at timing across this host's GPUs (default: auto, on "
+                             "with more than one slot)")
     parser.add_argument("--name", help="the worker's name in records (default: host name)")
     parser.add_argument("--dry-run", action="store_true", help="print the ray start command")
 

@@ -112,7 +112,7 @@ class Sync:
             env = self._believed(rel, report)
             if env and env["body"].get("generate_key") == node.generate_key:
                 entry_id = env["body"].get("entry")
-                verified = any(recs.get(f"records/{node.kernel}/{node.target}/{entry_id}"))
+                verified = bool(recs.get(f"records/{node.kernel}/{node.target}/{entry_id}"))
                 candidates.append((not verified, entry_id))
         for _, entry_id in sorted(candidates):
             try:
