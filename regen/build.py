@@ -122,12 +122,18 @@ class Evaluation:
                       self.outcome, provenance)
 
 
-def _verified_at(node) -> str:
+def _verified_at(node, ev: "Evaluation") -> str:
     """The level line of a node verified just now: here, or on the fleet worker that ran it."""
-    here = node.here or {}
-    if here.get("worker"):
-        return f"verified on worker {here['worker']} ({here.get('device')})"
-    return f"verified here ({here.get('device')})"
+    placed = (ev.outcome.placement if ev.outcome is not None else None) or {}
+    device = (placed.get("hardware") or node.here or {}).get("device")
+    ran_on = placed.get("ran_on")
+    if ran_on:
+        gpu = ran_on.get("gpu") or {}
+        where = ran_on.get("worker") or ran_on.get("host")
+        if gpu:
+            where += f", GPU {gpu.get('index', gpu.get('cuda_visible_devices'))}"
+        return f"verified on worker {where} ({device})"
+    return f"verified here ({device})"
 
 
 def on_device(target) -> bool:
@@ -257,7 +263,7 @@ def _verify(ctx: Context, node: planning.Node) -> Result:
         return promoted
     if ev.ok:
         return ev.result(node, "ok", verified_summary(ev.outcome), record,
-                         _verified_at(node))
+                         _verified_at(node, ev))
     if node.action == planning.REVERIFY and ev.stage == "verify" and ctx.generator is not None \
             and not ctx.locked:
         return _generate(ctx, planning.escalate(node, ev.feedback), feedback=ev.feedback,
@@ -278,7 +284,7 @@ def _verify_pending(ctx: Context, node: planning.Node, spec, target) -> Result |
             ctx.store.point(spec.name, target.name, pending.id)
             return ev.result(node, "ok", f"pending entry {pending.id} {verified_summary(ev.outcome)}"
                              "; it is current now", record,
-                             _verified_at(node))
+                             _verified_at(node, ev))
     return None
 
 
@@ -490,7 +496,7 @@ def _store(ctx: Context, node, spec, target, source: str, recipe: str, provenanc
     if record is not None:
         store.put_record(spec.name, target.name, entry.id, record)
         return ev.result(node, "ok", verified_summary(ev.outcome), record,
-                         _verified_at(node), provenance)
+                         _verified_at(node, ev), provenance)
     if target.name in keep:
         kept = keep[target.name]
         where = planning.verified_where(next(r for r in store.records(spec.name, target.name, kept.id)
