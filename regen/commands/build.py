@@ -37,7 +37,9 @@ def run(args) -> int:
         selection += ("verbose",)
     sync = _common.sync(args, project)
     plain = not (args.dry_run or args.regenerate)
-    if plain and sync is None:  # (with a remote, what others pushed may have changed the answer)
+    # with a remote or a fleet, what others pushed or which workers joined may change the answer
+    local = sync is None and args.executor == "local"
+    if plain and local:
         signature, output = buildlog.lookup(project, selection)
         if output is not None:  # nothing changed since a build that succeeded everywhere
             sys.stdout.write(output)
@@ -46,13 +48,15 @@ def run(args) -> int:
 
     ctx = _common.context(args, project, locked=args.locked, dry_run=args.dry_run,
                           want_generator=not (args.locked or args.dry_run))
-    _common.pull(args, project, sync, ctx.store)
+    if not args.dry_run:   # a dry run writes nothing, cache/ included
+        _common.pull(args, project, sync, ctx.store)
     ctx.remote = None if args.dry_run else sync
     executor = _common.executor(args, project)
     ctx.executor = executor
     nodes = planning.plan(project, ctx.store, _common.kernels(args), _common.targets(args),
                           regenerate=args.regenerate, here=executor.here)
     if args.dry_run:
+        executor.close()
         report.status(nodes, args.json)
         return 0
     with _common.progress(args, len(nodes)) as progress:
@@ -66,7 +70,7 @@ def run(args) -> int:
     out = io.StringIO()
     report.build(results, args.json, out, verbose=args.verbose)
     sys.stdout.write(out.getvalue())
-    if plain and sync is None:
+    if plain and local:
         buildlog.save(project, selection, results, out.getvalue())
     if any(r.status == "locked" for r in results):
         return 3

@@ -54,6 +54,7 @@ def run(args) -> int:
                              field="--gpus")
         env["CUDA_VISIBLE_DEVICES" if target.vendor == "nvidia" else "HIP_VISIBLE_DEVICES"] = \
             ",".join(gpus)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"   # CUDA's indices are nvidia-smi's (records name them)
         cmd += ["--num-gpus", str(len(gpus))]
     slots = args.slots or max(1, len(gpus))
     cmd += ["--resources", json.dumps({f"regen/{target.name}": slots})]
