@@ -250,3 +250,17 @@ def test_a_pulled_compile_result_spares_the_compiler(tmp_path, monkeypatch):
     assert compiled.cached and compiled.binary_digest
     cache().close()
     monkeypatch.setattr(lc, "_CACHE", None)
+
+
+def test_a_build_pushes_its_nodes_and_another_machines_build_pulls_instead_of_generating(tmp_path):
+    a = _verified_machine(tmp_path)
+    url = f"file://{tmp_path / 'bucket'}"
+    proc = regen(a, "build", "--remote", url, "--generator", "none")
+    assert proc.returncode == 0 and "pushed 1 entries, 1 records" in proc.stderr, proc.stderr
+    b = _machine(tmp_path, "b")
+    without = regen(b, "build", "--generator", "none", "--no-remote")
+    assert without.returncode == 1 and "needs generate" in without.stdout   # nothing to build from
+    proc = regen(b, "build", "--remote", url, "--generator", "none")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pulled 1 entries, 1 records" in proc.stderr
+    assert "up to date: verified on" in proc.stdout and "(fleet) at" in proc.stdout
