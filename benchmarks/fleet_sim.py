@@ -229,7 +229,7 @@ def _lognorm(median: float, p90: float) -> tuple[float, float]:
 def bottleneck(r: dict) -> str:
     busiest = max(("verify workers", r["verify_util"]), ("LLM concurrency", r["llm_util"]),
                   ("driver compile slots", r["compile_util"]),
-                  ("driver (plan, pull, push)", r["driver_util"]), key=lambda kv: kv[1])
+                  ("driver (plan, pull, compile, push)", r["driver_util"]), key=lambda kv: kv[1])
     return f"{busiest[0]} ({busiest[1] * 100:.0f}%)"
 
 
