@@ -69,3 +69,22 @@ def test_a_task_names_the_gpu_it_was_pinned_to(monkeypatch):
     assert got is not None and got["cuda_visible_devices"] == "3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert hardware.visible_gpu() is None
+
+
+def test_executor_ray_without_a_cluster_says_so_at_once(tmp_path):
+    import pytest
+
+    pytest.importorskip("ray")
+    root = make_project(tmp_path / "proj")
+    import socket
+
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = time.time()
+    proc = regen(root, "build", "--executor", "ray", "--address", f"127.0.0.1:{port}",
+                 "--generator", "none")
+    assert proc.returncode == 2 and "no Ray cluster answers at" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and time.time() - t < 60
+    proc = regen(root, "build", "--address", f"127.0.0.1:{port}", "--generator", "none")
+    assert proc.returncode == 2 and "--address needs --executor ray" in proc.stderr

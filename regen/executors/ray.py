@@ -113,6 +113,19 @@ def verify_task(bundle: dict, oracle_rel: str, spec, target, recipe: str, binary
     return outcome
 
 
+def _reachable(addr: str, timeout: float = 5.0) -> None:
+    """A HOST:PORT that nothing answers on is said at once (Ray itself retries for minutes)."""
+    if addr == "auto" or "://" in addr or ":" not in addr:
+        return
+    host, _, port = addr.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return
+    except (OSError, ValueError) as exc:
+        raise InputError(f"no Ray cluster answers at {addr} ({exc}); expected the HOST:PORT "
+                         "`ray start --head` printed", field="--address") from None
+
+
 class RayExecutor:
     name = "ray"
 
@@ -124,6 +137,7 @@ class RayExecutor:
                              field="--executor") from None
         self.ray, self.project, self.retries = ray, project, retries
         addr = address or os.environ.get("RAY_ADDRESS") or "auto"
+        _reachable(addr)
         try:
             ray.init(address=addr, namespace="regen", log_to_driver=False,
                      ignore_reinit_error=True, configure_logging=False)

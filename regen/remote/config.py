@@ -65,12 +65,14 @@ def remote_config(root: Path, url: str | None = None, trust: str | None = None,
     trust = trust or os.environ.get("REGEN_TRUST") or section.get("trust") or "any"
     key = os.environ.get("REGEN_SIGNING_KEY") or section.get("signing_key")
     if trust != "any":
+        trust = os.path.expanduser(trust)
         trust = str((root / trust).resolve()) if not Path(trust).is_absolute() else trust
         if not Path(trust).is_file():
             raise InputError("expected `any` or a file of trusted public keys (one `ed25519 HEX "
                              "NAME` per line, as `regen remote keygen` writes)",
                              file=trust, field="--trust")
     if key:
+        key = os.path.expanduser(key)
         key = str((root / key).resolve()) if not Path(key).is_absolute() else key
     if url is not None and "://" not in url:
         raise InputError(f"expected an fsspec URL such as s3://bucket/prefix, file:///path or "
