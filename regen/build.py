@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import keys, plan as planning
 from .artifact import LANGUAGES, Candidate
-from .compile import Compiled, compile_source, toolchain_problem
+from .compile import Compiled, toolchain_problem
 from .errors import InputError
 from .judge import Outcome, Settings, make_record
 from .profile import static_checks
@@ -151,7 +151,7 @@ def evaluate(ctx: Context, spec, target, source: str, recipe_text: str, verify_h
         return Evaluation("parse", False, f"launch.yaml is invalid: {exc}")
     if node is not None:
         ctx.stage(node, "compile")
-    compiled = compile_source(source, target)
+    compiled = ctx.executor.compile(source, target)
     if not compiled.result.ok:
         return Evaluation("compile", False, compiled.result.log[-6000:], compiled)
     checks = static_checks(spec, target, compiled.result.resources, compiled.result.disassembly)

@@ -6,11 +6,12 @@
               is a Ray task that asks for its column's resource (`regen/<target>`), which only the
               workers started for that hardware offer (`regen worker --column T`)
 
-Generation and compilation stay with the driver (they need no particular hardware, and the driver
-alone writes cache/); an executor only verifies and says which hardware it reaches.
+Generation stays with the driver (its threads, `--jobs`, within each node's budget) and the
+driver alone writes cache/; an executor compiles, verifies and says which hardware it reaches.
 
 The interface: `here(target)` (the fingerprint of the hardware verification of the column would
 run on, or None), `waiting(target)` (why the column waits for hardware, or None),
+`compile(source, target)` -> compile.Compiled,
 `verify(ctx, spec, target, recipe, binary, settings, cases, composition)` -> judge Outcome,
 `jobs(requested)` (nodes built at once) and `close()`.
 """

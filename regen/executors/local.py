@@ -28,6 +28,11 @@ class LocalExecutor:
             return run_verify(spec, target, ctx.project.oracle_path(spec.name), recipe, binary,
                               settings, cases=cases, composition=composition)
 
+    def compile(self, source: str, target):
+        from ..compile import compile_source
+
+        return compile_source(source, target)
+
     def jobs(self, requested: int) -> int:
         return max(1, requested)
 

@@ -6,7 +6,8 @@ of it (and one GPU, where the workers have GPUs: Ray then pins the task to it th
 CUDA_VISIBLE_DEVICES), so a kernel is verified only where its hardware is. A column no worker
 offers waits for hardware: its nodes are compiled and reported "waiting for hardware", not failed.
 
-A task is pure: it gets the oracle files (shipped once per build through Ray's object store), the
+Compilation is a Ray task too (any worker; the driver's local cache answers first, and a
+worker's binary is kept only when its toolchain identity is the driver's). A task is pure: it gets the oracle files (shipped once per build through Ray's object store), the
 spec, target, recipe and binary, and returns the judge's Outcome with where it ran. The driver
 alone writes cache/. A worker that dies mid-task leaves nothing behind; Ray runs the task again on
 another worker offering the resource (`max_retries`), and only a task that fails on every retry
@@ -126,6 +127,13 @@ def _reachable(addr: str, timeout: float = 5.0) -> None:
                          "`ray start --head` printed", field="--address") from None
 
 
+def compile_task(source: str, target):
+    """On any worker: the compile stage there (its own local cache memoises it)."""
+    from ..compile import compile_source
+
+    return compile_source(source, target)
+
+
 class RayExecutor:
     name = "ray"
 
@@ -147,6 +155,7 @@ class RayExecutor:
                              field="--address") from None
         self.bundle = ray.put(project_bundle(project))
         self._verify = ray.remote(verify_task)
+        self._compile = ray.remote(compile_task)
         self._probe = ray.remote(probe)
         self._columns: dict[str, tuple[dict | None, str | None, bool]] = {}
         self._lock = threading.Lock()
@@ -207,6 +216,29 @@ class RayExecutor:
             raise FleetError(f"verification on the fleet did not finish after {self.retries} "
                              f"retries ({time.monotonic() - started:.0f} s): "
                              f"{type(exc).__name__}: {first}") from None
+
+    def compile(self, source: str, target):
+        """The driver's local cache first; otherwise a compile task on any worker. Its result is
+        kept (and memoised here) only if the worker's toolchain is the driver's, so the compile key
+        names the very binary; otherwise the driver compiles it itself."""
+        from .. import keys, localcache
+        from ..compile import Compiled, compile_source, toolchain_identity
+
+        comps = keys.compile_components(keys.digest(source.encode()), toolchain_identity(target))
+        ckey = keys.key(comps)
+        hit = localcache.cache().get(f"compile:{ckey}")
+        if hit is not None:
+            return Compiled(hit, comps, ckey, keys.digest(hit.binary) if hit.ok else None, True)
+        ref = self._compile.options(num_cpus=1, max_retries=self.retries).remote(source, target)
+        try:
+            done = self.ray.get(ref)
+        except self.ray.exceptions.RayError:
+            return compile_source(source, target)     # no worker could: compile here
+        if done.components.get("toolchain") != comps["toolchain"]:
+            return compile_source(source, target)
+        if done.result.ok:
+            localcache.cache().set(f"compile:{ckey}", done.result)
+        return Compiled(done.result, comps, ckey, done.binary_digest, done.cached)
 
     def jobs(self, requested: int) -> int:
         """Nodes at once: what was asked, else one per unit of regen/* resource in the cluster
