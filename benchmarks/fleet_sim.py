@@ -13,10 +13,11 @@ generation, the share of generations that find nothing, verification time per co
 column's default is what this session's Ray test measured on 2 cores; GPU columns' is a guess
 until the H200 run measures it), LLM concurrency, the driver's compile slots.
 
-The model follows regen's executor: the driver plans every node, pulls, then per family
-generation runs a search (LLM call -> compile on the driver -> verification on a worker of the
-leading column, repeated per candidate); the family's other members compile and verify on their
-own columns; each finished node is pushed by the driver (one push at a time: Sync holds a lock).
+The model follows regen's Ray executor: the driver plans every node, pulls, then per family
+generation runs a search (LLM call -> compile task -> verification on a worker of the leading
+column, repeated per candidate); the family's other members compile and verify on their own
+columns; each finished node is pushed by the driver (one push at a time: Sync holds a lock).
+Compile tasks run on any worker (or, with --compile-on driver, on the driver's cores only).
 
     python benchmarks/fleet_sim.py [--workers 1,2,4,8,16,32,64] [--specs 2000] [--no-measure]
 """
@@ -165,7 +166,8 @@ def simulate(n_specs: int, edited: int, workers: int, m: dict, a, seed: int = 0)
     """Time to green of a build where `edited` specs need generation (all nodes are planned)."""
     rng = random.Random(seed)
     columns = [t for ts in FAMILIES.values() for t in ts]
-    pools = {"driver": 1, "compile": a.compile_slots, "llm": a.llm_concurrency,
+    compile_slots = a.compile_slots + (workers * len(columns) if a.compile_on == "workers" else 0)
+    pools = {"driver": 1, "compile": compile_slots, "llm": a.llm_concurrency,
              **{f"verify:{c}": workers for c in columns}}
     sim = Sim(pools)
     n_nodes = n_specs * len(columns)
@@ -211,7 +213,8 @@ def simulate(n_specs: int, edited: int, workers: int, m: dict, a, seed: int = 0)
     sim._at(t0, start_all)
     end = sim.run()
     span = end - t0 if end > t0 else 1.0
-    driver_busy = t0 + sim.busy["driver"] + sim.busy["compile"] / a.compile_slots
+    driver_busy = t0 + sim.busy["driver"] + \
+        (sim.busy["compile"] / a.compile_slots if a.compile_on == "driver" else 0.0)
     util = {p: sim.busy[p] / (span * pools[p]) for p in pools}
     verify_util = max(v for p, v in util.items() if p.startswith("verify:"))
     return {"time_s": end, "plan_pull_s": t0, "driver_util": driver_busy / end,
@@ -228,8 +231,9 @@ def _lognorm(median: float, p90: float) -> tuple[float, float]:
 
 def bottleneck(r: dict) -> str:
     busiest = max(("verify workers", r["verify_util"]), ("LLM concurrency", r["llm_util"]),
-                  ("driver compile slots", r["compile_util"]),
-                  ("driver (plan, pull, compile, push)", r["driver_util"]), key=lambda kv: kv[1])
+                  ("compile slots", r["compile_util"]),
+                  ("driver (plan, pull, push; compile with --compile-on driver)", r["driver_util"]),
+                  key=lambda kv: kv[1])
     return f"{busiest[0]} ({busiest[1] * 100:.0f}%)"
 
 
@@ -254,6 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--verify-gpu-s", type=float, default=20.0, help="GPU columns (assumed)")
     ap.add_argument("--llm-concurrency", type=int, default=64)
     ap.add_argument("--compile-slots", type=int, default=16, help="the driver's cores")
+    ap.add_argument("--compile-on", choices=("workers", "driver"), default="workers",
+                    help="where compile tasks run (--executor ray: any worker, one slot each)")
     a = ap.parse_args(argv)
     m = {"plan_s": 0.004, "compile_cxx_s": 0.5, "compile_nvrtc_s": 3.0, "compile_hip_s": 3.0,
          "push_s": 0.03, "pull_s": 0.03, "pull_warm_s": 0.01}
@@ -267,7 +273,7 @@ def main(argv=None) -> int:
     print(f"assumed: LLM median {a.llm_median_s:g} s (p90 {a.llm_p90_s:g} s), {a.candidates:g} "
           f"candidates per generation (max {a.max_candidates}), {a.fail_rate:.0%} find nothing, "
           f"verification {a.verify_cpu_s:g} s host / {a.verify_gpu_s:g} s GPU, "
-          f"{a.llm_concurrency} LLM calls at once, {a.compile_slots} compile slots on the driver")
+          f"{a.llm_concurrency} LLM calls at once, compile on {a.compile_on}")
     n_nodes = a.specs * 8
     print(f"\n{a.specs} specs x 8 targets = {n_nodes} nodes, {a.specs * len(FAMILIES)} generations"
           f"; driver per node: plan {m['plan_s'] * 1000:.1f} ms, pull {m['pull_s'] * 1000:.1f} ms "
