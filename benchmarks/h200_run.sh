@@ -3,6 +3,7 @@
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
 #   steps: env ceilings verify verify:K,.. each:K,.. bench variants:K pick:K ops backward tests tests:FILE,..
+#          fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
 # Carry .whl (pydantic, diskcache, the pinned CUDA header wheels, cuobjdump/nvdisasm).
@@ -28,6 +29,9 @@ for step in $steps; do
         python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
           --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
       done ;;
+    fleet|fleet:*)  # fleet:rmsnorm,softmax limits the kernels; FLEET_ARGS="--kill" kills one task
+      kernels=""; [ "$step" != fleet ] && kernels=${step#fleet:} && kernels=${kernels//,/ }
+      OUT="$OUT" python3 benchmarks/fleet_gpu.py $kernels ${FLEET_ARGS:-} 2>&1 | tee -a "$OUT/fleet.log" ;;
     bench) python3 -m regen.cli bench --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
     variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL

@@ -9,16 +9,15 @@ goes on with the others.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import keys, plan as planning
 from .artifact import LANGUAGES, Candidate
-from .compile import Compiled, compile_source, toolchain_problem
+from .compile import Compiled, toolchain_problem
 from .errors import InputError
-from .judge import Outcome, Settings, make_record, run as run_verify
+from .judge import Outcome, Settings, make_record
 from .profile import static_checks
 from .recipe import parse_recipe
 from .store import Entry, Store, strip_legacy_header
@@ -27,7 +26,7 @@ from .store import Entry, Store, strip_legacy_header
 @dataclass
 class Result:
     node: planning.Node
-    status: str                       # ok | failed | locked | unsupported | skipped
+    status: str                       # ok | failed | locked | unsupported | skipped | waiting
     summary: str                      # one line for people
     level: list[str] = field(default_factory=list)   # compiled / resources checked / ISA / verified
     compile: dict | None = None
@@ -62,8 +61,15 @@ class Context:
     force: bool = False                   # let unverified code replace a verified entry
     settings: Settings = field(default_factory=Settings)
     budget: object | None = None
-    gpu_lock: threading.Lock = field(default_factory=threading.Lock)
     progress: object | None = None
+    executor: object = None               # where verification runs (regen/executors/); local
+    remote: object | None = None          # the remote cache's Sync: push after each node
+
+    def __post_init__(self):
+        if self.executor is None:
+            from .executors.local import LocalExecutor
+
+            self.executor = LocalExecutor()
 
     def stage(self, node: planning.Node, name: str) -> None:
         """Tell the progress display which stage a node entered (if it wants to know)."""
@@ -116,6 +122,20 @@ class Evaluation:
                       self.outcome, provenance)
 
 
+def _verified_at(node, ev: "Evaluation") -> str:
+    """The level line of a node verified just now: here, or on the fleet worker that ran it."""
+    placed = (ev.outcome.placement if ev.outcome is not None else None) or {}
+    device = (placed.get("hardware") or node.here or {}).get("device")
+    ran_on = placed.get("ran_on")
+    if ran_on:
+        gpu = ran_on.get("gpu") or {}
+        where = ran_on.get("worker") or ran_on.get("host")
+        if gpu:
+            where += f", GPU {gpu.get('index', gpu.get('cuda_visible_devices'))}"
+        return f"verified on worker {where} ({device})"
+    return f"verified here ({device})"
+
+
 def on_device(target) -> bool:
     return LANGUAGES[target.language].on_device
 
@@ -131,7 +151,7 @@ def evaluate(ctx: Context, spec, target, source: str, recipe_text: str, verify_h
         return Evaluation("parse", False, f"launch.yaml is invalid: {exc}")
     if node is not None:
         ctx.stage(node, "compile")
-    compiled = compile_source(source, target)
+    compiled = ctx.executor.compile(source, target)
     if not compiled.result.ok:
         return Evaluation("compile", False, compiled.result.log[-6000:], compiled)
     checks = static_checks(spec, target, compiled.result.resources, compiled.result.disassembly)
@@ -145,21 +165,12 @@ def evaluate(ctx: Context, spec, target, source: str, recipe_text: str, verify_h
                           "hardware here)", compiled, checks)
     if node is not None:
         ctx.stage(node, "verify")
-    with ctx.gpu_lock if on_device(target) else _nolock():
-        outcome = run_verify(spec, target, ctx.project.oracle_path(spec.name), recipe_text,
-                             compiled.result.binary, settings or ctx.settings, cases=cases,
-                             composition=ctx.project.oracle_job(spec))
+    outcome = ctx.executor.verify(ctx, spec, target, recipe_text, compiled.result.binary,
+                                  settings or ctx.settings, cases=cases,
+                                  composition=ctx.project.oracle_job(spec))
     if not outcome.ok:
         return Evaluation("verify", False, outcome.reason, compiled, checks, outcome)
     return Evaluation("verify", True, "passed", compiled, checks, outcome)
-
-
-class _nolock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def settings_for(ctx: Context, target) -> Settings:
@@ -252,7 +263,7 @@ def _verify(ctx: Context, node: planning.Node) -> Result:
         return promoted
     if ev.ok:
         return ev.result(node, "ok", verified_summary(ev.outcome), record,
-                         f"verified here ({node.here.get('device')})")
+                         _verified_at(node, ev))
     if node.action == planning.REVERIFY and ev.stage == "verify" and ctx.generator is not None \
             and not ctx.locked:
         return _generate(ctx, planning.escalate(node, ev.feedback), feedback=ev.feedback,
@@ -273,7 +284,7 @@ def _verify_pending(ctx: Context, node: planning.Node, spec, target) -> Result |
             ctx.store.point(spec.name, target.name, pending.id)
             return ev.result(node, "ok", f"pending entry {pending.id} {verified_summary(ev.outcome)}"
                              "; it is current now", record,
-                             f"verified here ({node.here.get('device')})")
+                             _verified_at(node, ev))
     return None
 
 
@@ -331,7 +342,7 @@ def _adopt(ctx: Context, node: planning.Node) -> Result:
     ctx.stage(node, "store")
     ctx.store.point(node.kernel, node.target, leader.id)
     spec, target = ctx.project.spec(node.kernel), ctx.project.target(node.target)
-    fresh = planning.plan_node(ctx.project, ctx.store, spec, target)
+    fresh = planning.plan_node(ctx.project, ctx.store, spec, target, here=ctx.executor.here)
     if fresh.new_entry:
         return Result(fresh, "failed", f"adopt: entry {leader.id} still plans as {fresh.action}")
     res = build_node(ctx, fresh)
@@ -486,7 +497,7 @@ def _store(ctx: Context, node, spec, target, source: str, recipe: str, provenanc
     if record is not None:
         store.put_record(spec.name, target.name, entry.id, record)
         return ev.result(node, "ok", verified_summary(ev.outcome), record,
-                         f"verified here ({node.here.get('device')})", provenance)
+                         _verified_at(node, ev), provenance)
     if target.name in keep:
         kept = keep[target.name]
         where = planning.verified_where(next(r for r in store.records(spec.name, target.name, kept.id)
@@ -538,12 +549,14 @@ def build(ctx: Context, nodes: list[planning.Node], jobs: int = 1) -> list[Resul
         try:
             spec = ctx.project.spec(node.kernel)
             if any((c, node.target) in rebuilt for c in spec.components):
-                node = planning.replan(ctx.project, ctx.store, node)
-            results[i] = build_node(ctx, node)
+                node = planning.replan(ctx.project, ctx.store, node, here=ctx.executor.here)
+            results[i] = _waiting(ctx, build_node(ctx, node))
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - one node's surprise must not stop the build
             results[i] = Result(node, "failed", f"internal error: {type(exc).__name__}: {exc}")
+        if ctx.remote is not None and results[i].status in ("ok", "failed", "waiting"):
+            ctx.remote.push(ctx.project, ctx.store, node.kernel, node.target)
         if ctx.progress:
             ctx.progress(results[i], i, len(nodes))
 
@@ -557,6 +570,17 @@ def build(ctx: Context, nodes: list[planning.Node], jobs: int = 1) -> list[Resul
         rebuilt |= {(r.node.kernel, r.node.target) for i in wave if (r := results[i])
                     and r.status == "ok" and r.provenance is not None}
     return [r for r in results if r is not None]
+
+
+def _waiting(ctx: Context, res: Result) -> Result:
+    """A node left unverified because its executor reaches no hardware for the column (a fleet
+    without a worker for it) is waiting for hardware, not failed: it was compiled and checked."""
+    if res.status != "ok" or any(x.startswith("verified") for x in res.level):
+        return res
+    why = ctx.executor.waiting(ctx.project.target(res.node.target))
+    if why:
+        res.status, res.summary = "waiting", f"waiting for hardware: {why}; {res.summary}"
+    return res
 
 
 def accept(ctx: Context, folder: Path, force: bool = False, author: str | None = None) -> Result:

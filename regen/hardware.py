@@ -99,3 +99,25 @@ def runtime_versions(target) -> dict:
     elif target.vendor == "amd":
         out["hip-python"] = _version("hip-python")
     return out
+
+
+def visible_gpu() -> dict | None:
+    """The GPU this process is pinned to (CUDA_VISIBLE_DEVICES, as Ray sets it for a task that
+    asks for one GPU, or `regen worker --gpus`): its index on the host and its UUID."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if not visible:
+        return None
+    out = {"cuda_visible_devices": os.environ["CUDA_VISIBLE_DEVICES"]}
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return out
+    try:
+        res = subprocess.run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader",
+                              "-i", visible], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    parts = [p.strip() for p in res.stdout.strip().split(",")]
+    if res.returncode == 0 and len(parts) >= 3:
+        out.update({"index": int(parts[0]) if parts[0].isdigit() else parts[0],
+                    "uuid": parts[1], "name": parts[2]})
+    return out

@@ -71,6 +71,8 @@ class Node:
 def verified_where(record: dict) -> str:
     hw = record.get("hardware", {})
     where = hw.get("device", "?")
+    if record.get("fleet"):   # pulled from the remote cache: verified on another machine
+        where += " (fleet)"
     if hw.get("driver"):
         where += f" (driver {hw['driver']})"
     return f"{where} at {record.get('verified_at', '?')[:10]}"
@@ -189,7 +191,10 @@ def _adoptable(project, store: Store, spec, target, generate_key: str) -> tuple[
     return None
 
 
-def plan_node(project, store: Store, spec, target, regenerate: bool = False) -> Node:
+def plan_node(project, store: Store, spec, target, regenerate: bool = False,
+              here=hardware.local) -> Node:
+    """`here(target)`: the fingerprint of the hardware that verifies the column (this machine's,
+    or a fleet worker's with `--executor ray`), None where there is none."""
     node = Node(spec.name, target.name, UP_TO_DATE, family=target.family_name)
     oracle = project.oracle_digest(spec.name)  # validates the oracle even when nothing is cached
     project.composition(spec.name)             # a composed spec's dataflow, checked
@@ -205,7 +210,7 @@ def plan_node(project, store: Store, spec, target, regenerate: bool = False) -> 
     node.generate_components, node.generate_key = gen, keys.key(gen)
     entry = store.current(spec.name, target.name)
     node.entry = entry
-    node.here = hardware.local(target)
+    node.here = here(target)
     if regenerate:
         node.action, node.reasons = REGENERATE, ["--regenerate"]
         return node
@@ -253,7 +258,7 @@ def _composed(node: Node, spec, entry: Entry | None) -> Node:
 
 
 def plan(project, store: Store, kernels=None, targets=None, intent: str = "build",
-         regenerate: bool = False) -> list[Node]:
+         regenerate: bool = False, here=hardware.local) -> list[Node]:
     """Plan every pair, components first. A regenerated component makes its users regenerate;
     family members that need the same generation wait for one of them (ADOPT).
 
@@ -265,7 +270,8 @@ def plan(project, store: Store, kernels=None, targets=None, intent: str = "build
     nodes, regenerating, verbs = [], set(), {}
     generating: dict[tuple[str, str, str], str] = {}   # (kernel, family, key) -> leader target
     for spec, target in project.pairs(kernels, targets):
-        node = plan_node(project, store, spec, target, regenerate=regenerate and intent == "build")
+        node = plan_node(project, store, spec, target, regenerate=regenerate and intent == "build",
+                         here=here)
         if node.action not in (GENERATE, REGENERATE, UNSUPPORTED, ADOPT, COMPOSE):
             dirty = [c for c in spec.components if (c, target.name) in regenerating]
             if dirty:
@@ -308,10 +314,11 @@ def escalate(node: Node, feedback: str) -> Node:
     return node
 
 
-def replan(project, store: Store, node: Node) -> Node:
+def replan(project, store: Store, node: Node, here=hardware.local) -> Node:
     """Plan a node again once the components it is keyed on were rebuilt; a regeneration that
     was asked for (--regenerate, or a failed re-verification) stays one."""
-    fresh = plan_node(project, store, project.spec(node.kernel), project.target(node.target))
+    fresh = plan_node(project, store, project.spec(node.kernel), project.target(node.target),
+                      here=here)
     if node.needs_generator and not fresh.needs_generator:
         fresh.action, fresh.reasons = node.action, node.reasons
     return fresh

@@ -25,7 +25,7 @@ import time
 
 STAGES = ("plan", "generate", "compile", "verify", "store")
 _QUIET = ("ok", "unsupported", "skipped")          # statuses that need no line when they are quick
-_COLOURS = {"ok": "32", "failed": "31", "locked": "33"}
+_COLOURS = {"ok": "32", "failed": "31", "locked": "33", "waiting": "33"}
 
 
 def _isatty(stream) -> bool:

@@ -27,45 +27,55 @@ def import_records(project, store, path: Path) -> tuple[int, list[str]]:
                          file=str(path), field="records")
     imported, skipped = 0, []
     for rec in records:
-        label = f"{rec.get('kernel')}@{rec.get('target')}"
         spec, target = project.spec(rec["kernel"]), project.target(rec["target"])
-        entry = store.current(spec.name, target.name)
-        if entry is None or entry.id != rec.get("entry"):
-            skipped.append(f"{label}: entry {rec.get('entry')} is not the current one here")
+        why = admit(project, store, rec)
+        if why:
+            skipped.append(f"{rec.get('kernel')}@{rec.get('target')}: {why}")
             continue
-        oracle = project.oracle_digest(spec.name)
-        legacy = legacy_digests(project.oracle_path(spec.name))
-        had = rec["verify"].get("oracle")
-        if had != oracle and had in legacy:
-            # same oracle source, digest written by an older regen on another Python version
-            rec["verify"]["oracle"] = oracle
-            rec["verify_key"] = keys.key(rec["verify"])
-            rec.setdefault("migrated", []).append(
-                f"verify.oracle re-keyed from {had[:12]} ({legacy[had]} of the same source) to the "
-                f"version-independent digest {oracle[:12]}")
-        if "judge" not in rec["verify"] and _timed_by_judge_2(rec):
-            rec["verify"]["judge"] = 2
-            rec["verify_key"] = keys.key(rec["verify"])
-            rec.setdefault("migrated", []).append(
-                "verify.judge set to 2: every benchmark row carries launch_exposed, which only "
-                "judge 2's timing (launch overhead outside the device timer) writes")
-        want = keys.verify_components(spec, target, oracle,
-                                      rec["verify"].get("binary", ""), entry.recipe_digest,
-                                      project.composed_verify(spec))
-        diffs = keys.differences(keys.portable(rec["verify"]), want)
-        if diffs:
-            skipped.append(f"{label}: stale ({'; '.join(diffs)})")
-            continue
-        if toolchain_problem(target) is None:
-            compiled = compile_source(entry.source(), target)
-            if compiled.binary_digest != rec["compile"]["binary"]:
-                skipped.append(f"{label}: the binary built here ({str(compiled.binary_digest)[:12]}) "
-                               f"is not the verified one ({rec['compile']['binary'][:12]}); "
-                               "toolchains differ")
-                continue
-        store.put_record(spec.name, target.name, entry.id, rec)
+        store.put_record(spec.name, target.name, rec["entry"], rec)
         imported += 1
     return imported, skipped
+
+
+def admit(project, store, rec: dict, entry_ids: tuple[str, ...] | None = None) -> str | None:
+    """Why a record made elsewhere cannot be stored here (None: it can). It must be about an
+    entry this project holds for the target (the current one, or `entry_ids`), with the same
+    oracle, tolerances, cases and recipe; where the toolchain is here, the binary built here must
+    be the very binary that was verified. Records of older regens are re-keyed (and say so)."""
+    spec, target = project.spec(rec["kernel"]), project.target(rec["target"])
+    current = store.current(spec.name, target.name)
+    ids = entry_ids if entry_ids is not None else ((current.id,) if current else ())
+    entry = store.entry(spec.name, rec.get("entry", "")) if rec.get("entry") in ids else None
+    if entry is None:
+        return f"entry {rec.get('entry')} is not the current one here"
+    oracle = project.oracle_digest(spec.name)
+    legacy = legacy_digests(project.oracle_path(spec.name))
+    had = rec["verify"].get("oracle")
+    if had != oracle and had in legacy:
+        # same oracle source, digest written by an older regen on another Python version
+        rec["verify"]["oracle"] = oracle
+        rec["verify_key"] = keys.key(rec["verify"])
+        rec.setdefault("migrated", []).append(
+            f"verify.oracle re-keyed from {had[:12]} ({legacy[had]} of the same source) to the "
+            f"version-independent digest {oracle[:12]}")
+    if "judge" not in rec["verify"] and _timed_by_judge_2(rec):
+        rec["verify"]["judge"] = 2
+        rec["verify_key"] = keys.key(rec["verify"])
+        rec.setdefault("migrated", []).append(
+            "verify.judge set to 2: every benchmark row carries launch_exposed, which only "
+            "judge 2's timing (launch overhead outside the device timer) writes")
+    want = keys.verify_components(spec, target, oracle,
+                                  rec["verify"].get("binary", ""), entry.recipe_digest,
+                                  project.composed_verify(spec))
+    diffs = keys.differences(keys.portable(rec["verify"]), want)
+    if diffs:
+        return f"stale ({'; '.join(diffs)})"
+    if toolchain_problem(target) is None:
+        compiled = compile_source(entry.source(), target)
+        if compiled.binary_digest != rec["compile"]["binary"]:
+            return (f"the binary built here ({str(compiled.binary_digest)[:12]}) is not the "
+                    f"verified one ({rec['compile']['binary'][:12]}); toolchains differ")
+    return None
 
 
 def _timed_by_judge_2(rec: dict) -> bool:

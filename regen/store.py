@@ -293,6 +293,26 @@ class Store:
                 _write_atomic(path, _json_bytes(manifest))
             return self.point(kernel, target, entry_id, pending=pending)
 
+    def put_manifest(self, kernel: str, manifest: dict, objects: dict[str, bytes]) -> Entry:
+        """Store an entry made elsewhere (the remote cache): its objects, checked against the
+        digests the manifest names, then the manifest under its id. Nothing is pointed at it."""
+        names = [*manifest.get("files", {}).values(), manifest.get("generate")]
+        for d in names:
+            data = objects.get(d)
+            if data is None or digest(data) != d:
+                raise CorruptCache(f"object {str(d)[:12]}… of entry {_entry_id(manifest)} is "
+                                   "missing or does not match its digest",
+                                   file=str(self._manifest_path(kernel, _entry_id(manifest))))
+        self.ensure_marked()
+        for d in names:
+            self.put_object(objects[d])
+        entry_id = _entry_id(manifest)
+        path = self._manifest_path(kernel, entry_id)
+        with self.writing():
+            if not path.exists():
+                _write_atomic(path, _json_bytes(manifest))
+        return self.entry(kernel, entry_id)
+
     def point(self, kernel: str, target: str, entry_id: str, pending: bool = False) -> Entry:
         """Make an existing entry current for `target` (how a family member adopts a sibling's
         generation), or with `pending` store it beside the current one, waiting for hardware.

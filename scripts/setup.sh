@@ -6,7 +6,7 @@
 #      the system Python. It sees the system's site-packages, so a torch already installed for
 #      python3 (the CPU build on the development machines, a CUDA build on a GPU machine) is kept.
 #   3. torch 2.13.0 into the venv when it has none (see install_torch for where from and how big).
-#   4. regen itself, editable, with its CUDA (pip-only NVRTC), HIP, LLM and test extras.
+#   4. regen itself, editable, with its CUDA (pip-only NVRTC), HIP, LLM, fleet and test extras.
 # Every download is announced, with its size, before it starts. Run it again at any time: what is
 # there is kept. Afterwards: .venv/bin/regen ...  and  .venv/bin/python -m pytest -q
 set -euo pipefail
@@ -96,7 +96,7 @@ EOF
     say "  whose torch ${TORCH_VERSION} for Linux is the CUDA build: torch (527 MB) and NVIDIA's CUDA"
     say "  libraries, about 3.5 GB to download and 7 GB in $VENV; it runs on the CPU as well."
     say "  (REGEN_TORCH_INDEX=URL names another index with the CPU build.)"
-    pip_install "torch==${TORCH_VERSION}" -e ".[cuda,hip,llm,test]"  # one resolution: the CUDA pins agree
+    pip_install "torch==${TORCH_VERSION}" -e ".[cuda,hip,llm,fleet,test]"  # one resolution: the CUDA pins agree
   fi
   rm -rf "$here"
 }
@@ -105,8 +105,9 @@ install_torch
 # -- 4. regen -----------------------------------------------------------------------------------
 say "installing regen (editable) with its extras from PyPI, what the venv lacks of: pydantic, pyyaml,"
 say "  networkx, diskcache, numpy, cuda-bindings, NVRTC 13.0 with the CUDA runtime headers, cuobjdump"
-say "  and nvdisasm (about 150 MB), hip-python, anthropic, pytest"
-pip_install -e ".[cuda,hip,llm,test]"
+say "  and nvdisasm (about 150 MB), hip-python, anthropic, pytest; the fleet's fsspec, s3fs, ray"
+say "  (about 70 MB), cryptography and moto's S3 server for its tests"
+pip_install -e ".[cuda,hip,llm,fleet,test]"
 
 "$VENV/bin/regen" --help >/dev/null
 "$PY" -c "import regen, os, sys; sys.exit(os.path.dirname(regen.__file__) != os.path.abspath('regen'))" \

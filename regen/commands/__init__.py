@@ -20,6 +20,8 @@ COMMANDS = {
     "verify": "verify",
     "bench": "bench",
     "record": "record",
+    "remote": "remote",
+    "worker": "worker",
     "prompt": "prompt",
     "log": "log",
     "new": "new",

@@ -171,3 +171,66 @@ def add_verify(parser) -> None:
                         help="fix the seed to reproduce a failure (default: fresh seeds)")
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
                         help="seconds per child process")
+
+
+def add_remote(parser) -> None:
+    parser.add_argument("--remote", metavar="URL",
+                        help="the remote cache, any fsspec URL: s3://bucket/prefix, file:///path, "
+                             "memory://name (default: $REGEN_REMOTE, else [tool.regen] remote in "
+                             "regen.toml or pyproject.toml, else none)")
+    parser.add_argument("--no-remote", action="store_true", help="use no remote cache")
+    parser.add_argument("--trust", metavar="POLICY",
+                        help="which remote records count: `any` (default), or a file of trusted "
+                             "ed25519 public keys (only records they signed; $REGEN_TRUST, "
+                             "[tool.regen] trust)")
+
+
+def sync(args, project):
+    """The remote cache's pull/push (regen/remote/), or None when none is configured."""
+    from ..remote import remote_config
+
+    config = remote_config(project.root, getattr(args, "remote", None), getattr(args, "trust", None),
+                           getattr(args, "no_remote", False))
+    if config.url is None:
+        return None
+    from ..remote.sync import Sync
+
+    return Sync(config)
+
+
+def pull(args, project, sync_, store_=None) -> None:
+    """Pull before planning, one line on stderr saying what came (and what was refused)."""
+    import sys
+
+    if sync_ is None:
+        return
+    from ..remote.objects import RemoteError
+
+    try:
+        report = sync_.pull(project, store_ or store(project), kernels(args), targets(args))
+    except RemoteError as exc:
+        print(f"regen: remote: {exc}; going on with the local cache", file=sys.stderr)
+        return
+    print(f"regen: remote {sync_.remote.url}: {report.line('pulled')}", file=sys.stderr)
+
+
+def add_executor(parser) -> None:
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="where verification runs: this machine (default: local), or a Ray "
+                             "cluster whose workers offer each column's hardware (`regen worker`)")
+    parser.add_argument("--address", metavar="ADDR",
+                        help="--executor ray: the cluster (default: $RAY_ADDRESS, else the one "
+                             "`ray start --head` started on this machine)")
+    if not any(a.dest == "jobs" for a in parser._actions):
+        parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                            help="nodes at once (default: 1; with --executor ray, one per worker "
+                                 "slot)")
+
+
+def executor(args, project):
+    """The executor (regen/executors/) the arguments ask for; local by default."""
+    from ..executors import make
+
+    if args.executor != "ray" and args.address:
+        raise InputError("--address needs --executor ray", field="--address")
+    return make(args.executor, args.address, project)

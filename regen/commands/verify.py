@@ -16,6 +16,8 @@ def add_arguments(parser) -> None:
     _common.add_selection(parser)
     _common.add_verbose(parser)
     _common.add_verify(parser)
+    _common.add_remote(parser)
+    _common.add_executor(parser)
     parser.add_argument("--export", metavar="FILE",
                         help="write the verification records to FILE (for `regen record import`)")
     parser.add_argument("--junit", metavar="FILE", help="write JUnit XML to FILE")
@@ -30,13 +32,23 @@ def run(args) -> int:
 
     project = _common.project(args)
     ctx = _common.context(args, project)  # seeds, seed and timeout come from the arguments
+    sync = _common.sync(args, project)
+    _common.pull(args, project, sync, ctx.store)
+    ctx.remote = sync
+    executor = ctx.executor = _common.executor(args, project)
     nodes = planning.plan(project, ctx.store, _common.kernels(args), _common.targets(args),
-                          intent="verify")
+                          intent="verify", here=executor.here)
     todo = [n for n in nodes if not n.skip]
     skipped = [n for n in nodes if n.skip and n.action != planning.UNSUPPORTED]
     with _common.progress(args, len(todo)) as progress:
         ctx.progress = progress
-        results = building.build(ctx, todo, jobs=1)
+        try:   # the local executor verifies one node at a time (clean timings); a fleet at once
+            results = building.build(ctx, todo, jobs=1 if executor.name == "local"
+                                     else executor.jobs(args.jobs))
+        finally:
+            executor.close()
+    if sync is not None:
+        print(f"regen: remote {sync.remote.url}: {sync.pushed.line('pushed')}", file=sys.stderr)
     report.build(results, args.json, verbose=args.verbose)
     rows = [{"kernel": r.node.kernel, "target": r.node.target, **b}
             for r in results if r.outcome is not None for b in r.outcome.bench]

@@ -90,6 +90,13 @@ def _verify(harness, entry: dict, case, label: str, seeds: list[int]) -> None:
 
 
 def _time(harness, entry: dict, case, seeds: list[int], timing: dict) -> None:
+    from .timing import host_timing_lock
+
+    with host_timing_lock():
+        _timed(harness, entry, case, seeds, timing)
+
+
+def _timed(harness, entry: dict, case, seeds: list[int], timing: dict) -> None:
     entry["timing"] = harness.timed.time_case(case, seeds, timing["iters"], timing["warmup"])
     for mode in timing.get("baselines", []):
         entry.setdefault("baselines", {})[mode] = harness.timed.time_baseline(

@@ -59,6 +59,8 @@ class Outcome:
     bench: list[dict] = field(default_factory=list)
     expectations: list[dict] = field(default_factory=list)
     error_kind: str | None = None      # the guard that failed it, or "profile"; None when ok
+    placement: dict | None = None      # verified by another machine (a fleet worker): its
+    #                                    fingerprint, runtime versions, host, node and GPU
 
     def fail(self, reason: str, kind: str | None) -> None:
         """The first failure decides the verdict."""
@@ -382,9 +384,10 @@ def make_record(spec, target, entry, compiled, outcome: Outcome, verify_componen
                 static: list[dict]) -> dict:
     """A verification record: who, where, when, with what inputs and errors. Never fabricated:
     every field comes from this run."""
-    fp = hardware.local(target) or outcome.fingerprint or {}
+    placed = outcome.placement or {}
+    fp = placed.get("hardware") or hardware.local(target) or outcome.fingerprint or {}
     ident = hardware.identity(fp)
-    runtime = hardware.runtime_versions(target)
+    runtime = placed.get("runtime") or hardware.runtime_versions(target)
     full = keys.add_machine(verify_components, {**ident, "runtime": runtime})
     return {
         "schema": 1, "kernel": spec.name, "target": target.name, "entry": entry.id,
@@ -398,4 +401,5 @@ def make_record(spec, target, entry, compiled, outcome: Outcome, verify_componen
         "cases": [{k: v for k, v in c.items() if k not in ("traceback", "timing", "baselines")}
                   for c in outcome.cases],
         "bench": outcome.bench, "expectations": static + outcome.expectations,
+        **({"ran_on": placed["ran_on"]} if placed.get("ran_on") else {}),
     }

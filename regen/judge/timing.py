@@ -17,6 +17,8 @@ Parent side (judge_timing): medians and the timing guards (`timer`, `other-strea
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
 
@@ -25,6 +27,26 @@ from .guards import Rejected
 from .results import CaseResult, Rejection
 
 _clock = time.perf_counter  # captured before any artifact is loaded; wall times use this one
+# Several GPUs of one host verified at once (the Ray executor, one worker per GPU): their timed
+# loops take this host-wide lock in turn, so one GPU's timing never shares the host's CPU, PCIe
+# and power budget with another's. Read before any artifact is loaded; unset: no lock.
+_HOST_TIMING_LOCK = os.environ.get("REGEN_TIMING_LOCK")
+
+
+@contextlib.contextmanager
+def host_timing_lock():
+    """Hold the host's timing lock (REGEN_TIMING_LOCK, a file path) while timing, if set."""
+    if not _HOST_TIMING_LOCK:
+        yield
+        return
+    import fcntl
+
+    with open(_HOST_TIMING_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # -- child side ------------------------------------------------------------------------------------
