@@ -2,7 +2,7 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench variants:K pick:K ops tests tests:FILE,..
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ops tests tests:FILE,..
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
 # Carry .whl (pydantic, diskcache, the pinned CUDA header wheels, cuobjdump/nvdisasm).
@@ -28,8 +28,10 @@ for step in $steps; do
         python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
           --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
       done ;;
-    bench) python3 -m regen.cli bench --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
-        --export "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
+    bench|bench:*)  # bench:a,b limits the kernels (a composed one shows fused and unfused rows)
+      kernels=""; [ "$step" != bench ] && kernels=${step#bench:} && kernels=${kernels//,/ }
+      python3 -m regen.cli bench $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
+        --export "$OUT/bench${kernels:+-${kernels// /-}}.json" 2>&1 | tee -a "$OUT/bench.log" ;;
     variants:*)  # variants:KERNEL runs benchmarks/variants.py on every folder under variants/KERNEL
       k=${step#variants:}
       python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
