@@ -54,7 +54,9 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
     view = oracle_case(s, case)
     inputs = o.make_inputs(view, 0)
     pristine = {k: v.clone() for k, v in inputs.items()}
-    outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs)
+    # twice on the same buffers: state a kernel keeps between launches (the arrival counters of
+    # a split reduction) must be left ready for the next launch
+    outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs, repeat=2)
     assert not changed, f"inputs modified: {changed}"
     ref = o.reference(pristine, view)
     assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")

@@ -46,7 +46,9 @@ def test_committed_cuda_compiles_without_spills_and_launches_fit(cubins, kernel)
                 threads = math.prod(launch.block)
                 assert res["registers"] * threads <= 65536, f"{launch.kernel}: {res['registers']} " \
                     f"registers x {threads} threads do not fit one SM"
-                assert res["shared_bytes"] + launch.shared_mem <= 48 * 1024, launch.kernel
+                # regen's runtime opts a launch in to dynamic shared memory beyond 48 KB
+                assert res["shared_bytes"] + launch.shared_mem <= \
+                    target("h200").limits["shared_memory_per_block"], launch.kernel
     if s.composition is None:  # an unfused plan carries its components' whole sources
         assert launched == set(result.resources), "every compiled kernel is reachable from the recipe"
 
