@@ -2,8 +2,8 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench variants:K pick:K ops backward tests tests:FILE,..
-#          fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ops backward
+#          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
 # Carry .whl (pydantic, diskcache, the pinned CUDA header wheels, cuobjdump/nvdisasm).
@@ -32,8 +32,10 @@ for step in $steps; do
     fleet|fleet:*)  # fleet:rmsnorm,softmax limits the kernels; FLEET_ARGS="--kill" kills one task
       kernels=""; [ "$step" != fleet ] && kernels=${step#fleet:} && kernels=${kernels//,/ }
       OUT="$OUT" python3 benchmarks/fleet_gpu.py $kernels ${FLEET_ARGS:-} 2>&1 | tee -a "$OUT/fleet.log" ;;
-    bench) python3 -m regen.cli bench --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
-        --export "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
+    bench|bench:*)  # bench:a,b limits the kernels (a composed one shows fused and unfused rows)
+      kernels=""; [ "$step" != bench ] && kernels=${step#bench:} && kernels=${kernels//,/ }
+      python3 -m regen.cli bench $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
+        --export "$OUT/bench${kernels:+-${kernels// /-}}.json" 2>&1 | tee -a "$OUT/bench.log" ;;
     variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
       k=${step#variants:}
       python3 benchmarks/variants.py "$k" --target h200 committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;

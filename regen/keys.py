@@ -185,6 +185,8 @@ def _case_dump(case) -> dict:
     for optional in ("tolerance", "targets"):   # absent as before these fields existed
         if out.get(optional) is None:
             out.pop(optional, None)
+    if out.get("floor") is True:   # the default, absent as before the field existed
+        out.pop("floor")
     return out
 
 

@@ -95,7 +95,12 @@ def dynamic_checks(spec, target, timing: dict, baselines: dict[str, float | None
         out.append({"check": "memory", "limit": limit, "value": timing["memory_bytes"],
                     "ok": timing["memory_bytes"] <= limit})
     frac = timing.get("floor_fraction")
-    if exp["floor_fraction"] is not None and frac is not None:
+    if exp["floor_fraction"] is not None and frac is not None and case is not None \
+            and not case.floor:
+        out.append({"check": "floor_fraction", "limit": exp["floor_fraction"],
+                    "value": round(frac, 4), "ok": None,
+                    "note": "latency-bound case (floor: false): no floor expectation"})
+    elif exp["floor_fraction"] is not None and frac is not None:
         out.append({"check": "floor_fraction", "limit": exp["floor_fraction"], "value": round(frac, 4),
                     "ok": frac >= exp["floor_fraction"]})
     for name, minimum in sorted(exp["speedup"].items()):

@@ -282,6 +282,9 @@ class Case(Strict):
     # the columns this case runs on (target names, families, archs, vendors or languages);
     # default every column. A GPU-sized benchmark (a vocabulary GEMM) is no case for the host.
     targets: list[str] | None = None
+    # false: a latency-bound case (a few KB, a launch's worth of time) whose time says nothing
+    # about bandwidth; it is timed and reported, but the floor_fraction expectation skips it
+    floor: bool = True
 
     def applies_to(self, target) -> bool:
         if self.targets is None:

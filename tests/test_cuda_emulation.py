@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from support import cuda_emulation
-from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_cases, oracle, \
-    oracle_case, spec
+from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_cases, \
+    judged_oracle, oracle, oracle_case, spec
 
 EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",  # plain loads, no atomics
                           "rmsnorm_bwd", "layernorm_bwd", "swiglu_bwd", "rope_bwd", "cross_entropy_bwd",
@@ -61,7 +61,9 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
     view = oracle_case(s, case)
     inputs = o.make_inputs(view, 0)
     pristine = {k: v.clone() for k, v in inputs.items()}
-    outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs)
+    # twice on the same buffers: state a kernel keeps between launches (the arrival counters of
+    # a split reduction) must be left ready for the next launch
+    outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs, repeat=2)
     assert not changed, f"inputs modified: {changed}"
     ref = o.reference(pristine, view)
     assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
@@ -155,3 +157,56 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
     outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target="b200")
     assert not changed, f"inputs modified: {changed}"
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+
+
+# -- the persistent megakernel: one launch for a decoder layer, stages ordered by counters ---------
+FUSED = "llama_layer_decode"
+
+
+def _fused_params():
+    s = spec(FUSED)
+    return [pytest.param(i, id=c.label(s.signature.dtypes[0]),
+                         marks=[pytest.mark.slow] if c.sizes["H"] >= 1024 else [])
+            for i, c in enumerate(s.correctness_cases())]
+
+
+@pytest.mark.parametrize("index", _fused_params())
+def test_fused_decode_layer_matches_the_composed_reference_on_two_launches_in_a_row(emulated, index):
+    """The committed h200 megakernel against the reference composed from its components' oracles
+    (cache slots included), launched twice on the same buffers: the second launch works only if
+    the first left its ticket and stage counters reset. The emulation runs blocks one after
+    another, so the first block claims every item in order and never waits on a block that has
+    not run: the work list's dependency order is what this checks, not concurrent timing."""
+    s, o = spec(FUSED), judged_oracle(FUSED)
+    case = s.correctness_cases()[index]
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated[FUSED], FUSED, case, inputs, repeat=2)
+    assert ran == ["llama_layer_decode_mega_bf16"] * 2, ran   # the fused kernel, not the plan
+    assert not changed, f"inputs modified: {changed}"
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+    if hasattr(o, "check"):  # check() is optional in the oracle contract
+        assert o.check(pristine, outputs, view) == []
+
+
+def test_emulation_reports_a_persistent_kernel_waiting_on_work_that_never_comes(tmp_path,
+                                                                                monkeypatch):
+    """A spin-wait yields to the block's other threads; a wait no item can ever satisfy (one
+    more qkv item than there are) ends as a reported deadlock, not a hang or a pass."""
+    cuda_emulation.skip_unless_available()
+    monkeypatch.delenv("REGEN_TRY_LLAMA_LAYER_DECODE", raising=False)
+    source, _ = committed(FUSED, "h200")
+    bad = source.replace("wait_for(p, kQkv, p.n_qkv,", "wait_for(p, kQkv, p.n_qkv + 1,")
+    assert bad != source, "the committed megakernel no longer waits on p.n_qkv qkv items"
+    so = cuda_emulation.build(bad, tmp_path / "bad")
+    script = (f"import ctypes, sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+              f"from support import cuda_emulation; from support.library import judged_oracle, "
+              f"oracle_case, spec; s = spec({FUSED!r}); c = s.correctness_cases()[0]; "
+              f"i = judged_oracle({FUSED!r}).make_inputs(oracle_case(s, c), 0); "
+              f"cuda_emulation.run(ctypes.CDLL({str(so)!r}), {FUSED!r}, c, i); print('returned')")
+    env = {k: v for k, v in os.environ.items() if k != "REGEN_TRY_LLAMA_LAYER_DECODE"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=300)
+    assert proc.returncode == -signal.SIGABRT and "emu: deadlock" in proc.stderr, \
+        f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"

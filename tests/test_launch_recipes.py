@@ -10,7 +10,7 @@ import math
 import pytest
 
 from regen.recipe import workspace_shapes
-from support.library import ROW_KERNELS, bound, edge_cases, kernels_on, spec, target
+from support.library import ROW_KERNELS, bound, edge_cases, kernels, kernels_on, spec, target
 
 SHORT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -22,6 +22,7 @@ def _cases(kernel):
 
 @pytest.mark.parametrize("kernel", kernels_on("h200"))
 def test_cuda_recipe_launches_fit_the_hardware(kernel):
+    limit = target("h200").limits["shared_memory_per_block"]
     for case in _cases(kernel):
         launches, recipe, env = bound(kernel, "h200", case)
         label = case.label(spec(kernel).signature.dtypes[0])
@@ -30,9 +31,8 @@ def test_cuda_recipe_launches_fit_the_hardware(kernel):
             assert threads % 32 == 0 and 32 <= threads <= 1024, f"{label}: block {launch.block}"
             assert 1 <= launch.grid[0] < 2**31 and all(1 <= g <= 65535 for g in launch.grid[1:]), \
                 f"{label}: grid {launch.grid}"
-            # dynamic shared memory within what one block may opt into (the runtime does)
-            assert 0 <= launch.shared_mem <= target("h200").limits["shared_memory_per_block"], \
-                f"{label}: {launch.kernel} asks {launch.shared_mem} bytes of shared memory"
+            assert launch.shared_mem <= limit, f"{label}: {launch.kernel}: {launch.shared_mem} " \
+                f"bytes of dynamic shared memory, the opt-in maximum is {limit}"
         for name, (_, shape, _) in workspace_shapes(recipe, env).items():
             assert all(d >= 1 for d in shape), f"{label}: workspace {name} {shape}"
 

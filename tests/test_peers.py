@@ -258,3 +258,19 @@ def test_a_case_with_an_empty_column_list_is_refused(tmp_path):
     with pytest.raises(InputError) as exc:
         load_spec(path)
     assert "cases[0].targets: expected at least one column" in str(exc.value)
+
+
+def test_a_case_marked_floor_false_is_timed_but_exempt_from_the_floor_expectation():
+    from regen.profile import dynamic_checks
+    from regen.spec import Case
+
+    project = Project(ROOT)
+    spec, h200 = project.spec("residual_add"), project.target("h200")
+    timing = {"median_s": 5e-6, "floor_fraction": 0.001}
+    (big,) = dynamic_checks(spec, h200, timing, {}, Case(M=4096, N=4096, bench=True))
+    assert big == {"check": "floor_fraction", "limit": 0.9, "value": 0.001, "ok": False}
+    (tiny,) = dynamic_checks(spec, h200, timing, {}, Case(M=1, N=2048, bench=True, floor=False))
+    assert tiny["ok"] is None and tiny["value"] == 0.001 and "floor: false" in tiny["note"]
+    # the committed spec exempts its one-row decode case and no other
+    exempt = [c.sizes for c in spec.cases if not c.floor]
+    assert exempt == [{"M": 1, "N": 2048}]

@@ -6,7 +6,11 @@
 // deadlock aborts); 16-byte loads and stores assert alignment; the Python side ends every buffer
 // at a PROT_NONE page, so an access past its end faults. Fast intrinsics are modelled by their
 // float32 library versions. Linux on x86-64 only (the launcher relies on the SysV calling
-// convention).
+// convention). Blocks run one after another; atomics are plain read-modify-writes (a fiber is
+// never preempted), __nanosleep yields to the block's other threads, and dynamic shared memory
+// (`extern __shared__`) is one buffer of the launch's size. A kernel whose blocks wait on each
+// other must therefore let the first block to run make progress alone (a persistent kernel
+// that claims work in dependency order through a ticket does); otherwise it deadlocks here.
 #pragma once
 #include <cassert>
 #include <cmath>
@@ -23,9 +27,9 @@
 #define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static
+#define __align__(n) alignas(n)
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
-#define __align__(n) __attribute__((aligned(n)))
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
@@ -115,7 +119,8 @@ struct Emu {
   std::vector<unsigned long> wgen;
   std::vector<uint64_t> slot;
   std::vector<unsigned> frag;  // 6 words per thread: the operand fragments of an emulated mma.sync
-  void* fn; int64_t ints[10]; float flts[4];
+  void* fn; int64_t ints[32]; float flts[4];
+  std::vector<unsigned char> dynamic_smem;
 };
 extern Emu* g_emu;
 #define threadIdx (g_emu->f[g_emu->cur].tid)
@@ -146,6 +151,12 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   }
   emu_warp_barrier();
 }
+inline unsigned char* emu_dynamic_smem() { return g_emu->dynamic_smem.data(); }
+// a fiber runs until it yields, so these read-modify-writes are atomic among the grid's threads
+template <class T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; ++g_emu->events; return old; }
+template <class T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; ++g_emu->events; return old; }
+inline void __threadfence() {}
+inline void __nanosleep(unsigned) { emu_yield(); }   // a spin-wait lets the other threads run
 template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   Emu* e = g_emu;
   unsigned me = emu_lin();
@@ -203,15 +214,17 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
 }
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
-typedef void (*UniversalFn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                            int64_t, int64_t, float, float, float, float);
+#define EMU_I8 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t
+typedef void (*UniversalFn)(EMU_I8, EMU_I8, EMU_I8, EMU_I8, float, float, float, float);
 static void emu_entry() {
   Emu* e = g_emu;
   // x86-64 SysV: integer-class arguments go to rdi.. then the stack in order, floats to xmm0.. in
   // order, so one universal signature calls any (pointers and integers..., floats...) kernel.
-  reinterpret_cast<UniversalFn>(e->fn)(e->ints[0], e->ints[1], e->ints[2], e->ints[3], e->ints[4],
-                                       e->ints[5], e->ints[6], e->ints[7], e->ints[8], e->ints[9],
-                                       e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
+  const int64_t* i = e->ints;
+  reinterpret_cast<UniversalFn>(e->fn)(
+      i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14],
+      i[15], i[16], i[17], i[18], i[19], i[20], i[21], i[22], i[23], i[24], i[25], i[26], i[27],
+      i[28], i[29], i[30], i[31], e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
   e->f[e->cur].done = true;
   ++e->events;
   unsigned w = emu_lin() / 32;
@@ -221,11 +234,13 @@ static void emu_entry() {
   if (e->wlive[w] && e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; }
 }
 extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                          unsigned bz, int nint, const int64_t* ints, int nflt, const float* flts) {
+                          unsigned bz, unsigned shared_bytes, int nint, const int64_t* ints,
+                          int nflt, const float* flts) {
   Emu e;
   g_emu = &e;
   e.fn = fn;
-  for (int i = 0; i < 10; ++i) e.ints[i] = i < nint ? ints[i] : 0;
+  e.dynamic_smem.assign(shared_bytes + 16, 0xff);   // poisoned: a kernel must write before it reads
+  for (int i = 0; i < 32; ++i) e.ints[i] = i < nint ? ints[i] : 0;
   for (int i = 0; i < 4; ++i) e.flts[i] = i < nflt ? flts[i] : 0.0f;
   e.grid = dim3{gx, gy, gz};
   e.block = dim3{bx, by, bz};

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,7 +43,15 @@ def _host_line(line: str) -> str:
         return ""
     if stripped.replace(" ", "") in ("#ifdef__CUDA_ARCH__", "#ifdefined(__CUDA_ARCH__)"):
         return "#if 0"
+    dynamic = _DYNAMIC_SHARED.match(line)
+    if dynamic:   # extern __shared__ T name[]; -> the launch's dynamic shared memory buffer
+        indent, _align, dtype, name = dynamic.groups()
+        return f"{indent}{dtype}* const {name} = reinterpret_cast<{dtype}*>(emu_dynamic_smem());"
     return line
+
+
+_DYNAMIC_SHARED = re.compile(
+    r"^(\s*)extern\s+__shared__\s+(__align__\(\d+\)\s+)?([A-Za-z_][\w :]*?)\s+(\w+)\[\];\s*$")
 
 
 def unit(source: str) -> str:
@@ -88,11 +97,14 @@ class GuardedBuffer:
                                                                .element_size()].view(dtype).reshape(shape)
 
 
-def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target: str = "h200"):
-    """The committed recipe for `target` (default h200) on guarded, NaN-poisoned buffers (workspaces
-    zeroed where the recipe asks; an in-place output is its input's buffer, as the judge passes it).
-    `folder`: a variant's (kernel source + launch.yaml) recipe instead of the committed one.
-    Returns (outputs, names of inputs the kernels changed other than in place, kernels run)."""
+def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target: str = "h200",
+        repeat: int = 1):
+    """The committed recipe for `target` (default h200), or that of the variant in `folder`, on
+    guarded, NaN-poisoned buffers (workspaces zeroed where the recipe asks; an in-place output is
+    its input's buffer, as the judge passes it), `repeat` times on the same buffers, outputs
+    poisoned again before each (a kernel that keeps state between launches in a zeroed workspace,
+    such as a persistent kernel's counters, must leave it ready for the next). Returns (outputs,
+    names of the other inputs the kernels changed, kernels run)."""
     import torch
     s = library.spec(kernel)
     launches, recipe, env = library.bound(kernel, target, case, folder)
@@ -107,21 +119,27 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
     for name, x in inputs.items():
         buffer(name, list(x.shape), x.dtype, x)
     for t in s.signature.outputs:
-        if t.inplace_of:
-            continue
-        buffer(t.name, s.tensor_shape(t, case), getattr(torch, s.tensor_dtype(t, case)), float("nan"))
+        if not t.inplace_of:   # an in-place output is its input's buffer
+            buffer(t.name, s.tensor_shape(t, case), getattr(torch, s.tensor_dtype(t, case)), float("nan"))
     for name, (dtype, shape, zero) in workspace_shapes(recipe, env).items():
         buffer(name, shape, getattr(torch, dtype), 0.0 if zero else float("nan"))
-    for launch in launches:
+    once = launches
+    launches = [launch for _ in range(repeat) for launch in launches]
+    for i, launch in enumerate(launches):
+        if i and i % len(once) == 0:   # outputs poisoned again; zeroed workspaces keep their state
+            for t in s.signature.outputs:
+                if not t.inplace_of:
+                    bufs[t.name].fill_(float("nan"))
         ints = [bufs[a.value].data_ptr() if a.kind == "tensor" else int(a.value)
                 for a in launch.args if a.kind in ("tensor", "int32", "int64")]
         flts = [float(a.value) for a in launch.args if a.kind == "float32"]
-        assert len(ints) <= 10 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
+        assert len(ints) <= 32 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
         fn = ctypes.cast(getattr(lib, launch.kernel), ctypes.c_void_p).value
         lib.emu_launch(ctypes.c_void_p(fn), *[ctypes.c_uint(v) for v in (*launch.grid, *launch.block)],
-                       len(ints), (ctypes.c_int64 * 10)(*ints), len(flts), (ctypes.c_float * 4)(*flts))
+                       ctypes.c_uint(launch.shared_mem), len(ints), (ctypes.c_int64 * 32)(*ints),
+                       len(flts), (ctypes.c_float * 4)(*flts))
     outputs = {t.name: bufs[t.inplace_of or t.name].clone() for t in s.signature.outputs}
-    in_place = {t.inplace_of for t in s.signature.outputs}
-    changed = [k for k, x in inputs.items() if k not in in_place and not torch.equal(bufs[k], x)]
+    inplace = {t.inplace_of for t in s.signature.outputs if t.inplace_of}
+    changed = [k for k, x in inputs.items() if k not in inplace and not torch.equal(bufs[k], x)]
     return outputs, changed, [launch.kernel for launch in launches]
 

@@ -62,6 +62,17 @@ def oracle(kernel: str):
     return load_oracle(ROOT / "oracles" / f"{kernel}.py")
 
 
+def judged_oracle(kernel: str):
+    """The oracle as the judge sees it: a composed spec's reference() built from its components'."""
+    from regen.oracle import ComposedOracle
+    from regen.project import Project
+
+    if spec(kernel).composition is None:
+        return oracle(kernel)
+    project = Project(ROOT)
+    return ComposedOracle(oracle(kernel), project.oracle_job(project.spec(kernel)))
+
+
 @lru_cache(maxsize=None)
 def target(name: str):
     return load_target(ROOT / "targets" / f"{name}.yaml")
