@@ -98,13 +98,14 @@ class GuardedBuffer:
 
 
 def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target: str = "h200",
-        repeat: int = 1):
+        repeat: int = 1, rezero: bool = True):
     """The committed recipe for `target` (default h200), or that of the variant in `folder`, on
     guarded, NaN-poisoned buffers (workspaces zeroed where the recipe asks; an in-place output is
     its input's buffer, as the judge passes it), `repeat` times on the same buffers, outputs
-    poisoned again before each (a kernel that keeps state between launches in a zeroed workspace,
-    such as a persistent kernel's counters, must leave it ready for the next). Returns (outputs,
-    names of the other inputs the kernels changed, kernels run)."""
+    poisoned again before each and zeroed workspaces zeroed again, as the judge does before every
+    checked launch. `rezero=False` keeps the workspaces' state instead: a kernel that promises to
+    leave its zeroed workspace ready for the next launch (a persistent kernel's counters) is held to
+    that. Returns (outputs, names of the other inputs the kernels changed, kernels run)."""
     import torch
     s = library.spec(kernel)
     launches, recipe, env = library.bound(kernel, target, case, folder)
@@ -126,10 +127,16 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
     once = launches
     launches = [launch for _ in range(repeat) for launch in launches]
     for i, launch in enumerate(launches):
-        if i and i % len(once) == 0:   # outputs poisoned again; zeroed workspaces keep their state
+        if i and i % len(once) == 0:   # outputs poisoned again, zeroed workspaces zeroed again
             for t in s.signature.outputs:
                 if not t.inplace_of:
                     bufs[t.name].fill_(float("nan"))
+            for name, (_, _, zero) in workspace_shapes(recipe, env).items():
+                if zero and rezero:
+                    bufs[name].zero_()
+            for t in s.signature.outputs:  # an input written over is restored, as the judge does
+                if t.inplace_of:
+                    bufs[t.inplace_of].copy_(inputs[t.inplace_of])
         ints = [bufs[a.value].data_ptr() if a.kind == "tensor" else int(a.value)
                 for a in launch.args if a.kind in ("tensor", "int32", "int64")]
         flts = [float(a.value) for a in launch.args if a.kind == "float32"]
