@@ -2,7 +2,7 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ops backward
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ops overhead backward
 #          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
@@ -12,6 +12,17 @@ OUT=${OUT:-/tmp/regen-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 REGEN_LOCAL_CACHE=/tmp/regen-local
 steps=${*:-env ceilings verify tests}
+# REGEN_BUDGET_S: the device seconds this run may use (a lent machine's budget); every verification
+# gets at most REGEN_STEP_S (default 300) of it, and steps are skipped once under 20 s are left,
+# so a run ordered by priority ends with the records it could finish rather than being cut off
+T_START=$SECONDS
+capped() {
+  local cap=${REGEN_STEP_S:-300} left=$(( ${REGEN_BUDGET_S:-100000} - (SECONDS - T_START) ))
+  if [ "$left" -lt 20 ]; then echo "skipped, device budget spent: $*" | tee -a "$OUT/verify.log"; return 0; fi
+  [ "$cap" -gt "$left" ] && cap=$left
+  echo "[$(( SECONDS - T_START )) s] $*" | tee -a "$OUT/verify.log"
+  timeout -k 5 "$cap" "$@"
+}
 for step in $steps; do
   case $step in
     env)
@@ -22,11 +33,11 @@ for step in $steps; do
     ceilings) python3 benchmarks/ceilings.py 2>&1 | tee -a "$OUT/${CEILINGS_FILE:-ceilings.txt}" ;;
     verify|verify:*)  # verify:softmax,rope limits the kernels
       kernels=""; [ "$step" != verify ] && kernels=${step#verify:} && kernels=${kernels//,/ }
-      python3 -m regen.cli verify $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
+      capped python3 -m regen.cli verify $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee "$OUT/verify.log" ;;
     each:*)  # each:a,b,c verifies kernels one by one, one export file each (partial results survive)
       for k in $(echo "${step#each:}" | tr , ' '); do
-        python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
+        capped python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
           --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
       done ;;
     fleet|fleet:*)  # fleet:rmsnorm,softmax limits the kernels; FLEET_ARGS="--kill" kills one task
@@ -45,6 +56,7 @@ for step in $steps; do
       python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* \
         --pick-into handoffs/"$k"@h200 2>&1 | tee -a "$OUT/variants.log" &&
       python3 -m regen.cli accept handoffs/"$k"@h200 --author "${REGEN_AUTHOR:?}" 2>&1 | tee -a "$OUT/variants.log" ;;
+    overhead) capped python3 benchmarks/ops_overhead.py --device cuda 2>&1 | tee "$OUT/ops_overhead.log" ;;
     ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
     backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu-tests.log" ;;
