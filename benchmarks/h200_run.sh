@@ -33,8 +33,8 @@ for step in $steps; do
     ceilings) python3 benchmarks/ceilings.py 2>&1 | tee -a "$OUT/${CEILINGS_FILE:-ceilings.txt}" ;;
     verify|verify:*)  # verify:softmax,rope limits the kernels
       kernels=""; [ "$step" != verify ] && kernels=${step#verify:} && kernels=${kernels//,/ }
-      capped python3 -m regen.cli verify $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
-        --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee "$OUT/verify.log" ;;
+      capped python3 -m regen.cli verify $kernels --target h200 --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" \
+        --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee -a "$OUT/verify.log" ;;
     each:*)  # each:a,b,c verifies kernels one by one, one export file each (partial results survive)
       for k in $(echo "${step#each:}" | tr , ' '); do
         capped python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
