@@ -97,3 +97,38 @@ def test_maxpool3d_recipe_covers_every_output_vector():
         odc = launch.args[-1].value
         volumes = case.sizes["N"] * case.sizes["C"]
         assert launch.grid[0] == volumes * -(-od // odc)
+
+
+def _hidden_shapes(case, cap=81):
+    """Every size the judge's hidden variant of `case` can take (regen/judge/parent.py
+    hidden_variants: each size moved up by 1-3 times its largest power-of-two factor, capped at
+    64), as whole cases; the 3**k combinations, or `cap` of them spread evenly when more."""
+    import itertools
+
+    steps = {k: min(v & -v, 64) for k, v in case.sizes.items() if v > 0}
+    combos = list(itertools.product((1, 2, 3), repeat=len(steps)))
+    combos = combos[:: max(1, len(combos) // cap)] + [(3,) * len(steps)]
+    for r in combos:
+        sizes = {k: case.sizes[k] + m * s for m, (k, s) in zip(r, steps.items())}
+        yield case.model_validate({**case.model_dump(mode="json"), **sizes, "name": None})
+
+
+KNOWN_UNCOVERED = {  # kernel: why its recipe leaves hidden variants without a launch (a debt)
+    "llama_layer_decode": "the one-layer megakernel holds at most 4 query heads per KV head in "
+                          "registers and has no fallback; hidden variants of the G = 4 case reach G = 16",
+}
+
+
+@pytest.mark.parametrize("kernel", [
+    pytest.param(k, marks=pytest.mark.xfail(reason=KNOWN_UNCOVERED[k], strict=True))
+    if k in KNOWN_UNCOVERED else k for k in kernels_on("h200")])
+def test_every_hidden_variant_the_judge_can_draw_has_a_launch(kernel):
+    """The judge checks a hidden variant of every correctness case whose sizes no one lists: a
+    recipe whose `when`s leave such a shape uncovered fails on the hardware with 'no launch of
+    the recipe applies'. Binding is cheap, so every variant the judge can draw is tried here."""
+    s = spec(kernel)
+    for case in s.correctness_cases():
+        for hidden in _hidden_shapes(case):
+            launches, _, _ = bound(kernel, "h200", hidden)
+            assert launches, f"{kernel}: no launch applies to {hidden.label(s.signature.dtypes[0])} " \
+                f"(a hidden variant of {case.label(s.signature.dtypes[0])})"
