@@ -103,14 +103,14 @@ def test_a_bad_tolerance_is_one_clear_line(tmp_path, atol, field, message):
 
 
 def test_a_case_without_its_own_bound_keeps_its_key():
-    """Per-case tolerances are new; specs that do not use them keep their verification keys
-    (their committed records stay valid)."""
+    """Per-case tolerances, targets and `floor: false` are newer than the records; specs that do
+    not use them keep their verification keys (their committed records stay valid)."""
     project = Project(REPO)
     spec, target = project.spec("softmax"), project.target("cpu")
     cases = verify_components(spec, target, "o", "b", "r")["cases"]
-    assert all("tolerance" not in c and "targets" not in c for c in cases)
+    assert all("tolerance" not in c and "targets" not in c and "floor" not in c for c in cases)
     assert cases[0] == {k: v for k, v in spec.cases[0].model_dump(mode="json").items()
-                        if k not in ("tolerance", "targets")}
+                        if k not in ("tolerance", "targets", "floor")}
 
 
 def test_a_failure_prints_got_expected_error_and_the_allowed_bound(tmp_path):
