@@ -113,10 +113,7 @@ def _hidden_shapes(case, cap=81):
         yield case.model_validate({**case.model_dump(mode="json"), **sizes, "name": None})
 
 
-KNOWN_UNCOVERED = {  # kernel: why its recipe leaves hidden variants without a launch (a debt)
-    "llama_layer_decode": "the one-layer megakernel holds at most 4 query heads per KV head in "
-                          "registers and has no fallback; hidden variants of the G = 4 case reach G = 16",
-}
+KNOWN_UNCOVERED: dict[str, str] = {}  # kernel: why its recipe leaves hidden variants uncovered
 
 
 @pytest.mark.parametrize("kernel", [
