@@ -12,6 +12,12 @@
 // other must therefore let the first block to run make progress alone (a persistent kernel
 // that claims work in dependency order through a ticket does); otherwise it deadlocks here.
 #pragma once
+// EMU_WARP is the warp width: 32 (CUDA, the default) or 64 (an AMD wavefront, -DEMU_WARP=64 with
+// -DEMU_HIP, which adds the HIP names below; HIP sources are built with clang++, whose
+// ext_vector_type, __bf16 and __builtin_nontemporal_load they use).
+#ifndef EMU_WARP
+#define EMU_WARP 32
+#endif
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -138,14 +144,14 @@ inline void __syncthreads() {
 }
 inline void emu_warp_barrier() {
   Emu* e = g_emu;
-  unsigned w = emu_lin() / 32;
+  unsigned w = emu_lin() / EMU_WARP;
   unsigned long g = e->wgen[w];
   ++e->events;
   if (++e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; return; }
   while (e->wgen[w] == g) emu_yield();
 }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / 32] != 32) {
+  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / EMU_WARP] != 32) {
     fprintf(stderr, "emu: __syncwarp without the full warp\n");
     abort();
   }
@@ -160,7 +166,7 @@ inline void __nanosleep(unsigned) { emu_yield(); }   // a spin-wait lets the oth
 template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   Emu* e = g_emu;
   unsigned me = emu_lin();
-  if (mask != 0xffffffffu || e->wlive[me / 32] != 32) {
+  if (mask != 0xffffffffu || e->wlive[me / EMU_WARP] != EMU_WARP) {
     fprintf(stderr, "emu: shuffle without the full warp\n");
     abort();
   }
@@ -168,12 +174,30 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   memcpy(&bits, &v, sizeof(T));
   e->slot[me] = bits;
   emu_warp_barrier();
-  uint64_t other = e->slot[(me & ~31u) | ((me & 31u) ^ unsigned(o))];
+  uint64_t other = e->slot[(me & ~(EMU_WARP - 1u)) | ((me & (EMU_WARP - 1u)) ^ unsigned(o))];
   emu_warp_barrier();
   T r;
   memcpy(&r, &other, sizeof(T));
   return r;
 }
+
+#ifdef EMU_HIP
+// HIP's names for the same model: wavefront shuffles take no mask (the whole wavefront must be
+// live, as in every kernel these tests run); nontemporal loads and stores move the same bits.
+constexpr int warpSize = EMU_WARP;
+template <class T> inline T __shfl_xor(T v, int o, int width = EMU_WARP) {
+  if (width != EMU_WARP) {
+    fprintf(stderr, "emu: sub-wavefront shuffle width %d is not modelled\n", width);
+    abort();
+  }
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+// clang lowers a float -> __bf16 conversion on x86-64 to this runtime call, which the host's
+// libgcc may lack (GCC < 13): round to nearest even, NaN kept quiet, as the device converts
+extern "C" __bf16 __truncsfbf2(float f) {
+  return __builtin_bit_cast(__bf16, __float2bfloat16_rn(f).b);
+}
+#endif
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, d += a * b over one warp, with
 // the fragment layouts of the PTX ISA (groupID g = lane / 4, t = lane % 4): A (16 x 16, row-major)
@@ -187,7 +211,7 @@ inline float emu_half_bits(unsigned h, bool f16) {
 inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, bool f16) {
   Emu* e = g_emu;
   unsigned me = emu_lin();
-  if (e->wlive[me / 32] != 32) {
+  if (EMU_WARP != 32 || e->wlive[me / EMU_WARP] != EMU_WARP) {   // a 32-lane warp's instruction
     fprintf(stderr, "emu: mma.sync without the full warp\n");
     abort();
   }
@@ -227,7 +251,7 @@ static void emu_entry() {
       i[28], i[29], i[30], i[31], e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
   e->f[e->cur].done = true;
   ++e->events;
-  unsigned w = emu_lin() / 32;
+  unsigned w = emu_lin() / EMU_WARP;
   --e->live;
   if (e->live && e->arrived == e->live) { e->arrived = 0; ++e->gen; }
   --e->wlive[w];
@@ -244,7 +268,7 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   for (int i = 0; i < 4; ++i) e.flts[i] = i < nflt ? flts[i] : 0.0f;
   e.grid = dim3{gx, gy, gz};
   e.block = dim3{bx, by, bz};
-  const unsigned nt = bx * by * bz, nw = (nt + 31) / 32;
+  const unsigned nt = bx * by * bz, nw = (nt + EMU_WARP - 1) / EMU_WARP;
   e.f.resize(nt);
   for (auto& fb : e.f) fb.stack.resize(64 * 1024);
   e.slot.assign(nt, 0);
@@ -258,7 +282,7 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
         e.wlive.assign(nw, 0);
         e.warrived.assign(nw, 0);
         e.wgen.assign(nw, 0);
-        for (unsigned t = 0; t < nt; ++t) ++e.wlive[t / 32];
+        for (unsigned t = 0; t < nt; ++t) ++e.wlive[t / EMU_WARP];
         for (unsigned t = 0; t < nt; ++t) {
           EmuFiber& fb = e.f[t];
           fb.done = false;

@@ -1,6 +1,8 @@
 """Run CUDA sources on the CPU: compile one with g++ against cuda_emulation.h (the CUDA execution
 model as fibers and real barriers) and launch its kernels on guarded, NaN-poisoned buffers, so a
-kernel's indexing, synchronisation and alignment are checked without a GPU."""
+kernel's indexing, synchronisation and alignment are checked without a GPU. HIP sources (the cdna
+column, which no machine here can run) go through the same model with 64-lane wavefronts, built
+with clang++ (`build_hip`)."""
 
 from __future__ import annotations
 
@@ -34,12 +36,26 @@ def skip_unless_available() -> None:
         pytest.skip(why)
 
 
+HIP_COMPILERS = ("clang++-22", "clang++-21", "clang++-20", "clang++")
+
+
+def hip_compiler() -> str | None:
+    """A clang++ for the HIP emulation (HIP sources use clang's vector types and __bf16)."""
+    return next((c for c in HIP_COMPILERS if shutil.which(c)), None)
+
+
+def skip_unless_hip_available() -> None:
+    skip_unless_available()
+    if not hip_compiler():
+        pytest.skip("the HIP emulation needs clang++ (clang-22 is regen's HIP toolchain)")
+
+
 def _host_line(line: str) -> str:
     """The emulation is a host pass that selects one arch's sections: `#if __CUDA_ARCH__ >= 900`
     sees the emulated arch (build's -D__CUDA_ARCH__), while `#ifdef __CUDA_ARCH__`, which guards
     inline PTX only a device compiler can take, stays false as in a host pass."""
     stripped = line.strip()
-    if stripped.startswith("#include <cuda"):
+    if stripped.startswith(("#include <cuda", "#include <hip/")):
         return ""
     if stripped.replace(" ", "") in ("#ifdef__CUDA_ARCH__", "#ifdefined(__CUDA_ARCH__)"):
         return "#if 0"
@@ -54,11 +70,12 @@ _DYNAMIC_SHARED = re.compile(
     r"^(\s*)extern\s+__shared__\s+(__align__\(\d+\)\s+)?([A-Za-z_][\w :]*?)\s+(\w+)\[\];\s*$")
 
 
-def unit(source: str) -> str:
-    """The translation unit g++ compiles: the emulation header, then the CUDA source without its
-    <cuda*> includes (the header stands in for them), line numbers kept for compiler errors."""
+def unit(source: str, name: str = "kernel.cu") -> str:
+    """The translation unit g++ compiles: the emulation header, then the CUDA (or HIP) source
+    without its <cuda*> (<hip/*>) includes (the header stands in for them), line numbers kept for
+    compiler errors."""
     body = "\n".join(_host_line(line) for line in source.splitlines())
-    return f'#include "{HEADER.name}"\n#line 1 "kernel.cu"\n{body}\n'
+    return f'#include "{HEADER.name}"\n#line 1 "{name}"\n{body}\n'
 
 
 def build(source: str, folder: Path, cuda_arch: int = 900) -> Path:
@@ -71,6 +88,21 @@ def build(source: str, folder: Path, cuda_arch: int = 900) -> Path:
     so = folder / "emu.so"
     proc = subprocess.run(["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{HEADER.parent}",
                            f"-D__CUDA_ARCH__={cuda_arch}",
+                           str(cpp), "-o", str(so)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return so
+
+
+def build_hip(source: str, folder: Path) -> Path:
+    """Compile a HIP source against the emulation with 64-lane wavefronts into folder/emu.so (the
+    cdna column's execution model: __shfl_xor over 64 lanes, LDS as static __shared__ arrays);
+    fails the test with the compiler's errors if it does not build."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cpp = folder / "emu.cpp"
+    cpp.write_text(unit(source, "kernel.hip"))
+    so = folder / "emu.so"
+    proc = subprocess.run([hip_compiler(), "-O1", "-std=c++17", "-shared", "-fPIC", "-w",
+                           f"-I{HEADER.parent}", "-DEMU_HIP", "-DEMU_WARP=64",
                            str(cpp), "-o", str(so)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return so
