@@ -37,6 +37,29 @@ def test_cuda_recipe_launches_fit_the_hardware(kernel):
             assert all(d >= 1 for d in shape), f"{label}: workspace {name} {shape}"
 
 
+@pytest.mark.parametrize("kernel", kernels_on("mi350"))
+def test_hip_recipe_launches_fit_the_hardware(kernel):
+    """mi350 recipes launch whole wavefronts of 64 lanes, at most 1024 per workgroup, grids the
+    runtime accepts and dynamic LDS within a workgroup's share, for every case and the
+    dispatch-boundary shapes around it."""
+    limits = target("mi350").limits
+    wave, lds = limits["wavefront_size"], limits["lds_per_workgroup"]
+    for case in _cases(kernel):
+        launches, recipe, env = bound(kernel, "mi350", case)
+        label = case.label(spec(kernel).signature.dtypes[0])
+        assert launches, f"{label}: no launch applies"
+        for launch in launches:
+            threads = math.prod(launch.block)
+            assert threads % wave == 0 and wave <= threads <= limits["max_threads_per_block"], \
+                f"{label}: {launch.kernel}: block {launch.block} is not whole wavefronts of {wave}"
+            assert 1 <= launch.grid[0] < 2**31 and all(1 <= g <= 65535 for g in launch.grid[1:]), \
+                f"{label}: grid {launch.grid}"
+            assert launch.shared_mem <= lds, f"{label}: {launch.kernel}: {launch.shared_mem} " \
+                f"bytes of dynamic LDS, a workgroup has {lds}"
+        for name, (_, shape, _) in workspace_shapes(recipe, env).items():
+            assert all(d >= 1 for d in shape), f"{label}: workspace {name} {shape}"
+
+
 @pytest.mark.parametrize("kernel", [k for k in kernels_on("cpu") if spec(k).composition is None])
 def test_cpu_recipe_makes_one_call_named_for_the_dtype(kernel):
     for case in _cases(kernel):
@@ -113,19 +136,24 @@ def _hidden_shapes(case, cap=81):
         yield case.model_validate({**case.model_dump(mode="json"), **sizes, "name": None})
 
 
-KNOWN_UNCOVERED: dict[str, str] = {}  # kernel: why its recipe leaves hidden variants uncovered
+# (kernel, target): why its recipe leaves hidden variants uncovered
+KNOWN_UNCOVERED: dict[tuple[str, str], str] = {}
 
 
-@pytest.mark.parametrize("kernel", [
-    pytest.param(k, marks=pytest.mark.xfail(reason=KNOWN_UNCOVERED[k], strict=True))
-    if k in KNOWN_UNCOVERED else k for k in kernels_on("h200")])
-def test_every_hidden_variant_the_judge_can_draw_has_a_launch(kernel):
+@pytest.mark.parametrize("kernel,target_name", [
+    pytest.param(k, t, marks=pytest.mark.xfail(reason=KNOWN_UNCOVERED[k, t], strict=True))
+    if (k, t) in KNOWN_UNCOVERED else (k, t)
+    for t in ("h200", "mi350") for k in kernels_on(t)])
+def test_every_hidden_variant_the_judge_can_draw_has_a_launch(kernel, target_name):
     """The judge checks a hidden variant of every correctness case whose sizes no one lists: a
     recipe whose `when`s leave such a shape uncovered fails on the hardware with 'no launch of
-    the recipe applies'. Binding is cheap, so every variant the judge can draw is tried here."""
+    the recipe applies'. Binding is cheap, so every variant the judge can draw is tried here
+    (mi350's recipes too: no AMD GPU here, so this is the only place a gap would show before one
+    runs them)."""
     s = spec(kernel)
     for case in s.correctness_cases():
         for hidden in _hidden_shapes(case):
-            launches, _, _ = bound(kernel, "h200", hidden)
-            assert launches, f"{kernel}: no launch applies to {hidden.label(s.signature.dtypes[0])} " \
-                f"(a hidden variant of {case.label(s.signature.dtypes[0])})"
+            launches, _, _ = bound(kernel, target_name, hidden)
+            assert launches, f"{kernel}@{target_name}: no launch applies to " \
+                f"{hidden.label(s.signature.dtypes[0])} (a hidden variant of " \
+                f"{case.label(s.signature.dtypes[0])})"

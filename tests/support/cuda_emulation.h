@@ -12,6 +12,9 @@
 // other must therefore let the first block to run make progress alone (a persistent kernel
 // that claims work in dependency order through a ticket does); otherwise it deadlocks here.
 #pragma once
+#ifndef EMU_WARP
+#define EMU_WARP 32u  // lanes per warp (64: a wavefront, tests/support/hip_emulation.h)
+#endif
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -138,14 +141,14 @@ inline void __syncthreads() {
 }
 inline void emu_warp_barrier() {
   Emu* e = g_emu;
-  unsigned w = emu_lin() / 32;
+  unsigned w = emu_lin() / EMU_WARP;
   unsigned long g = e->wgen[w];
   ++e->events;
   if (++e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; return; }
   while (e->wgen[w] == g) emu_yield();
 }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / 32] != 32) {
+  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / EMU_WARP] != EMU_WARP) {
     fprintf(stderr, "emu: __syncwarp without the full warp\n");
     abort();
   }
@@ -160,7 +163,7 @@ inline void __nanosleep(unsigned) { emu_yield(); }   // a spin-wait lets the oth
 template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   Emu* e = g_emu;
   unsigned me = emu_lin();
-  if (mask != 0xffffffffu || e->wlive[me / 32] != 32) {
+  if (mask != 0xffffffffu || e->wlive[me / EMU_WARP] != EMU_WARP) {
     fprintf(stderr, "emu: shuffle without the full warp\n");
     abort();
   }
@@ -168,7 +171,7 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   memcpy(&bits, &v, sizeof(T));
   e->slot[me] = bits;
   emu_warp_barrier();
-  uint64_t other = e->slot[(me & ~31u) | ((me & 31u) ^ unsigned(o))];
+  uint64_t other = e->slot[(me & ~(EMU_WARP - 1u)) | ((me & (EMU_WARP - 1u)) ^ unsigned(o))];
   emu_warp_barrier();
   T r;
   memcpy(&r, &other, sizeof(T));
@@ -227,7 +230,7 @@ static void emu_entry() {
       i[28], i[29], i[30], i[31], e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
   e->f[e->cur].done = true;
   ++e->events;
-  unsigned w = emu_lin() / 32;
+  unsigned w = emu_lin() / EMU_WARP;
   --e->live;
   if (e->live && e->arrived == e->live) { e->arrived = 0; ++e->gen; }
   --e->wlive[w];
@@ -244,7 +247,7 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   for (int i = 0; i < 4; ++i) e.flts[i] = i < nflt ? flts[i] : 0.0f;
   e.grid = dim3{gx, gy, gz};
   e.block = dim3{bx, by, bz};
-  const unsigned nt = bx * by * bz, nw = (nt + 31) / 32;
+  const unsigned nt = bx * by * bz, nw = (nt + EMU_WARP - 1) / EMU_WARP;
   e.f.resize(nt);
   for (auto& fb : e.f) fb.stack.resize(64 * 1024);
   e.slot.assign(nt, 0);
@@ -258,7 +261,7 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
         e.wlive.assign(nw, 0);
         e.warrived.assign(nw, 0);
         e.wgen.assign(nw, 0);
-        for (unsigned t = 0; t < nt; ++t) ++e.wlive[t / 32];
+        for (unsigned t = 0; t < nt; ++t) ++e.wlive[t / EMU_WARP];
         for (unsigned t = 0; t < nt; ++t) {
           EmuFiber& fb = e.f[t];
           fb.done = false;
