@@ -151,7 +151,7 @@ inline void emu_warp_barrier() {
   while (e->wgen[w] == g) emu_yield();
 }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / EMU_WARP] != 32) {
+  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / EMU_WARP] != EMU_WARP) {
     fprintf(stderr, "emu: __syncwarp without the full warp\n");
     abort();
   }
@@ -184,6 +184,7 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
 #ifdef EMU_HIP
 // HIP's names for the same model: wavefront shuffles take no mask (the whole wavefront must be
 // live, as in every kernel these tests run); nontemporal loads and stores move the same bits.
+typedef __nv_bfloat16 __hip_bfloat16;
 constexpr int warpSize = EMU_WARP;
 template <class T> inline T __shfl_xor(T v, int o, int width = EMU_WARP) {
   if (width != EMU_WARP) {
