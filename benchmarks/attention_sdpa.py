@@ -12,7 +12,6 @@ oracle's baseline: torch's choice called through the aten op that also returns l
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,19 +20,9 @@ sys.path.insert(0, str(REPO))
 
 
 def timed(fn, iters: int = 20, warmup: int = 3) -> float:
-    import torch
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(out)
+    """Median CUDA-event time of fn (the ceilings benchmark's timer, one method for both)."""
+    from benchmarks.ceilings import timed as event_timed
+    return event_timed(fn, iters, warmup)
 
 
 def main() -> int:
