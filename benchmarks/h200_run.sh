@@ -2,7 +2,7 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ops overhead backward
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ncu:K[:REGEX] ops overhead backward
 #          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
@@ -56,6 +56,13 @@ for step in $steps; do
       python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* \
         --pick-into handoffs/"$k"@h200 2>&1 | tee -a "$OUT/variants.log" &&
       python3 -m regen.cli accept handoffs/"$k"@h200 --author "${REGEN_AUTHOR:?}" 2>&1 | tee -a "$OUT/variants.log" ;;
+    ncu:*)  # ncu:KERNEL[:REGEX] profiles a few launches of KERNEL's bench (ncu follows the judge's child)
+      spec=${step#ncu:}; k=${spec%%:*}; rx=${spec#*:}; [ "$rx" = "$spec" ] && rx=.
+      capped ncu --clock-control none --target-processes all -k "regex:$rx" --launch-skip "${NCU_SKIP:-10}" \
+        --launch-count "${NCU_COUNT:-3}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section LaunchStats --section Occupancy --section WarpStateStats \
+        python3 -m regen.cli bench "$k" --target h200 --timeout 120 2>&1 | grep -v '^==PROF==' \
+        | tee -a "$OUT/ncu-$k.txt" | tail -120 ;;
     overhead) capped python3 benchmarks/ops_overhead.py --device cuda 2>&1 | tee "$OUT/ops_overhead.log" ;;
     ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
     backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
