@@ -55,3 +55,52 @@ def param_sizes(fn) -> list[int] | None:
         if err != driver.CUresult.CUDA_SUCCESS:
             return None
         sizes.append(size)
+
+
+def encode_tensor_map(args: dict) -> bytes:
+    """The 128 bytes of a CUtensorMap from cuTensorMapEncodeTiled, for the plain arguments of
+    regen.tensormap.BoundTensorMap.encode_args (element type by name, byte strides, swizzle and
+    L2 promotion in bytes). A refusal raises RuntimeError with the driver's error and the map's
+    figures. Needs a CUDA context current on the calling thread's device."""
+    import ctypes
+
+    driver = _driver()
+    swizzle = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[args["swizzle"]]
+    promotion = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}[args["l2_promotion"]]
+    rank = args["rank"]
+    out = driver.cuTensorMapEncodeTiled(
+        getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{args['element_type']}"),
+        rank, args["address"],
+        [driver.cuuint64_t(d) for d in args["dims"]],
+        [driver.cuuint64_t(s) for s in args["strides"]],
+        [driver.cuuint32_t(b) for b in args["box"]],
+        [driver.cuuint32_t(e) for e in args["element_strides"]],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzle}"),
+        getattr(driver.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+        if args["oob_nan"] else driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    check(out[0], f"cuTensorMapEncodeTiled({args['element_type']}, dims {args['dims']}, byte "
+                  f"strides {args['strides']}, box {args['box']}, swizzle {swizzle}, address "
+                  f"{args['address']:#x})")
+    return ctypes.string_at(out[1].getPtr(), 128)
+
+
+class TensorMapCache:
+    """Encoded maps memoised on everything they depend on (regen.tensormap.BoundTensorMap.key:
+    the buffer's address included), so a launch over the same buffer reuses its map and a launch
+    over any other buffer encodes its own. Bounded: the oldest half goes when it fills."""
+
+    def __init__(self, limit: int = 4096):
+        self._maps: dict[tuple, bytes] = {}
+        self._limit = limit
+
+    def get(self, bound, address: int) -> bytes:
+        key = bound.key(address)
+        encoded = self._maps.get(key)
+        if encoded is None:
+            if len(self._maps) >= self._limit:
+                for k in list(self._maps)[: self._limit // 2]:
+                    self._maps.pop(k, None)  # another thread may have dropped it first
+            encoded = self._maps[key] = encode_tensor_map(bound.encode_args(address))
+        return encoded

@@ -334,6 +334,17 @@ def _contract(spec, target) -> list[str]:
         "- `workspace` (optional): scratch buffers regen allocates, e.g. "
         "`{name: partial, dtype: float32, shape: [\"M\", \"ceil_div(N, 1024)\"], zero: true}`; their "
         "contents are garbage unless `zero: true`. Name them in `args` like tensors.",
+    ]
+    if lang == "cuda":
+        lines.append(
+            "- `tensor_maps` (optional): TMA descriptors regen encodes over a buffer for each "
+            "launch, e.g. `{name: tma_a, tensor: a, dims: [K, M], strides: [K], box: [64, 128], "
+            "swizzle: 128B}` (dims and box innermost first, strides in elements of dims 1.., "
+            "optional l2_promotion none|64B|128B|256B and oob_fill zero|nan); naming one in `args` "
+            "passes a `const __grid_constant__ CUtensorMap` (128 bytes; define "
+            "`struct __align__(64) CUtensorMap { unsigned long long opaque[16]; };`) for "
+            "cp.async.bulk.tensor. Byte strides must be multiples of 16: guard with `when`.")
+    lines += [
         "- Expressions: integers, floats, + - * / // % ** << >> & |, comparisons, and the "
         "functions ceil_div, cdiv, min, max, abs, next_pow2, int, float, log2, sqrt, dsize(T); "
         "names are the shape symbols, the scalar parameters and T (the case's dtype).",

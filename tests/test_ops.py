@@ -181,31 +181,74 @@ def test_fake_implementation_gives_output_shapes_from_the_signature(ops):
 def test_the_standalone_recipe_binding_agrees_with_the_judges_for_every_committed_recipe():
     from regen.ops.launch import NoLaunch, bind_recipe
     from regen.project import Project
-    from regen.recipe import bind, parse_recipe
+    from regen.recipe import bind, buffer_layouts, parse_recipe
     from regen.store import Store
 
     project = Project(REPO)
     store = Store(project.cache_dir)
-    checked = 0
+    checked = mapped = 0
     for kernel in project.kernel_names():
         spec = project.spec(kernel)
-        names = {t.name for t in spec.signature.tensors}
         for target in store.targets_of(kernel):
             recipe = parse_recipe(store.current(kernel, target).recipe())
-            buffers = names | {w.name for w in recipe.workspace}
             for case in spec.cases:
                 env = spec.case_env(case)
+                buffers, shapes = buffer_layouts(spec, recipe, env)
                 try:
                     want = [(b.kernel, b.grid, b.block, b.shared_mem,
                              [(a.kind, a.value) for a in b.args]) for b in
-                            bind(recipe, env, buffers, env["T"])]
+                            bind(recipe, env, buffers, env["T"], shapes)]
                 except ValueError:
                     with pytest.raises(NoLaunch):
-                        bind_recipe(recipe.model_dump(mode="json"), env, buffers, env["T"])
+                        bind_recipe(recipe.model_dump(mode="json"), env, buffers, env["T"], shapes)
                     continue
-                assert bind_recipe(recipe.model_dump(mode="json"), env, buffers, env["T"]) == want
+                got = bind_recipe(recipe.model_dump(mode="json"), env, buffers, env["T"], shapes)
+                assert got == want
+                mapped += any(kind == "tensormap" for *_l, args in got for kind, _v in args)
                 checked += 1
-    assert checked > 300
+    assert checked > 300 and mapped > 0
+
+
+def test_a_cuda_plan_encodes_each_tensor_map_over_the_pointer_of_the_call():
+    """regen.ops' launcher lays a map out as the 128-byte, 64-aligned parameter it is and encodes
+    it per call over that call's buffer (the encoder itself needs a GPU: a recorder stands in)."""
+    import ctypes
+    import struct
+
+    from regen.ops.launch import CudaLibrary, bind_recipe
+    from regen.recipe import parse_recipe
+
+    recipe = parse_recipe("launches:\n  - {kernel: k, grid: [1], block: [128], "
+                          "args: [tma_a, c, int32:K, tma_b, float32:alpha]}\ntensor_maps:\n"
+                          "  - {name: tma_a, tensor: a, dims: [K, M], strides: [K], box: [64, 64]}\n"
+                          "  - {name: tma_b, tensor: b, dims: [K], strides: [], box: [64]}\n")
+    env = {"M": 64, "K": 128, "alpha": 0.5, "T": "bfloat16"}
+    ((kernel, grid, block, shared, args),) = bind_recipe(
+        recipe.model_dump(mode="json"), env, {"a": "bfloat16", "b": "bfloat16", "c": "float32"},
+        "bfloat16", {"a": [64, 128], "b": [128], "c": [64]})
+    assert [kind for kind, _ in args] == ["tensormap", "tensor", "int32", "tensormap", "float32"]
+
+    class Recorder:
+        asked = []
+
+        def get(self, bound, address):
+            self.asked.append((bound.name, address))
+            return bytes([len(self.asked)]) * 128
+
+    lib = CudaLibrary(b"", "test")
+    lib._tensor_maps = Recorder()
+    prepared = lib._mapped_launch(None, grid, block, shared, kernel, args, {"a": 0, "c": 1, "b": 2})
+    fill, params = prepared[8], prepared[9]
+    for call, ptrs in enumerate(([0x1000, 0x2000, 0x3000], [0x5000, 0x6000, 0x7000])):
+        fill(ptrs)
+        slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p * 5)).contents
+        assert [slots[0] % 64, slots[3] % 64] == [0, 0]
+        assert ctypes.string_at(slots[0], 128) == bytes([2 * call + 1]) * 128
+        assert ctypes.string_at(slots[3], 128) == bytes([2 * call + 2]) * 128
+        assert struct.unpack("<Q", ctypes.string_at(slots[1], 8))[0] == ptrs[1]
+        assert struct.unpack("<i", ctypes.string_at(slots[2], 4))[0] == 128
+        assert struct.unpack("<f", ctypes.string_at(slots[4], 4))[0] == 0.5
+    assert Recorder.asked == [("tma_a", 0x1000), ("tma_b", 0x3000), ("tma_a", 0x5000), ("tma_b", 0x7000)]
 
 
 def test_importing_regen_ops_reads_the_named_project_and_builds_nothing(project, tmp_path):

@@ -133,3 +133,116 @@ def test_a_guard_or_argument_that_cannot_be_evaluated_is_an_expr_error():
         bind(recipe, {"M": 4, "N": 0}, set(), "float32")
     with pytest.raises(ExprError, match="unknown name 'M'"):
         bind(recipe, {"N": 1}, set(), "float32")
+
+
+# -- tensor maps (regen/tensormap.py) ------------------------------------------------------------
+MAPPED = """\
+launches:
+  - kernel: gemm_tma_{dtype}
+    when: "K % 8 == 0"
+    grid: [132]
+    block: [384]
+    args: [tma_a, tma_b, c, K]
+  - kernel: gemm_plain_{dtype}
+    when: "K % 8 != 0"
+    args: [a, b, c, K]
+tensor_maps:
+  - {name: tma_a, tensor: a, dims: [K, M], strides: [K], box: [64, 128], swizzle: 128B,
+     l2_promotion: 256B}
+  - {name: tma_b, tensor: b, dims: [K, N], strides: [K], box: [64, "min(N, 256)"], swizzle: 128B,
+     oob_fill: nan}
+"""
+GEMM_BUFFERS = {"a": "bfloat16", "b": "bfloat16", "c": "bfloat16"}
+
+
+def _gemm(m=256, n=512, k=1024):
+    return {"M": m, "N": n, "K": k, "T": "bfloat16"}
+
+
+def test_a_tensor_map_argument_binds_its_declaration_for_the_case():
+    (launch,) = bind(parse_recipe(MAPPED), _gemm(n=100), GEMM_BUFFERS, "bfloat16",
+                     shapes={"a": [256, 1024], "b": [100, 1024], "c": [256, 100]})
+    kinds = [arg.kind for arg in launch.args]
+    assert kinds == ["tensormap", "tensormap", "tensor", "int64"]
+    a, b = launch.args[0].value, launch.args[1].value
+    assert (a.tensor, a.dtype, a.dims, a.strides, a.box) == ("a", "bfloat16", (1024, 256), (1024,), (64, 128))
+    assert (b.dims, b.box, b.oob_fill, b.swizzle) == ((1024, 100), (64, 100), "nan", "128B")
+    assert a.box_bytes == 64 * 128 * 2
+    assert a.encode_args(0x7000)["strides"] == [2048] and a.encode_args(0x7000)["l2_promotion"] == 256
+
+
+def test_a_map_the_case_does_not_launch_is_never_bound():
+    """K = 7 rows are not 16-byte aligned: the plain launch runs and no map is checked."""
+    (launch,) = bind(parse_recipe(MAPPED), _gemm(k=7), GEMM_BUFFERS, "bfloat16")
+    assert launch.kernel == "gemm_plain_bf16"
+
+
+def test_fp8_tiles_move_as_bytes_and_the_map_takes_the_buffers_dtype():
+    (launch,) = bind(parse_recipe(MAPPED), _gemm(k=128), {**GEMM_BUFFERS, "a": "float8_e4m3fn"},
+                     "bfloat16")
+    assert launch.args[0].value.element_type == "UINT8" and launch.args[0].value.box_bytes == 64 * 128
+
+
+MAP_ERRORS = [
+    ("unaligned row stride", {"K": 100}, {}, "strides[0] = 100 elements = 200 bytes"),
+    ("box past 256", {}, {"box": "[64, 512]"}, "box[1] = 512; every box dim must be 1..256"),
+    ("inner box not 16 bytes", {}, {"box": "[12, 128]", "swizzle": "none"},
+     "box[0] = 12 elements = 24 bytes"),
+    ("inner box wider than its swizzle", {}, {"swizzle": "64B"}, "spans 128 bytes, more than the 64B"),
+    ("empty dimension", {"M": 0}, {}, "dims[1] = 0"),
+    ("nan fill on bytes", {}, {"oob_fill": "nan"}, "oob_fill nan needs a floating-point"),
+]
+
+
+@pytest.mark.parametrize("sizes, change, message", [pytest.param(*r[1:], id=r[0]) for r in MAP_ERRORS])
+def test_a_map_the_driver_would_refuse_is_one_line_naming_map_and_field(sizes, change, message):
+    decl = {"box": "[64, 128]", "swizzle": "128B", **change}
+    fields = ", ".join(f"{k}: {v}" for k, v in decl.items())
+    text = ("launches:\n  - {kernel: k, args: [tma_a]}\ntensor_maps:\n"
+            f"  - {{name: tma_a, tensor: a, dims: [K, M], strides: [K], {fields}}}\n")
+    dtype = "uint8" if "oob_fill" in change else "bfloat16"
+    with pytest.raises(ValueError) as err:
+        bind(parse_recipe(text), {**_gemm(), **sizes}, {"a": dtype}, "bfloat16")
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("tensor map 'tma_a' (over 'a')"), line
+    assert message in line, line
+
+
+def test_a_map_reaching_past_its_buffer_is_refused_where_shapes_are_known():
+    """dims and strides are the recipe's: a map that addresses more than the buffer holds would
+    let a kernel read a neighbouring allocation."""
+    text = ("launches:\n  - {kernel: k, args: [tma_a]}\ntensor_maps:\n"
+            "  - {name: tma_a, tensor: a, dims: [K, 'M + 1'], strides: [K], box: [64, 64]}\n")
+    with pytest.raises(ValueError, match=r"reach element 263167, past the buffer's 262144 elements"):
+        bind(parse_recipe(text), _gemm(), {"a": "bfloat16"}, "bfloat16", shapes={"a": [256, 1024]})
+
+
+def test_a_map_over_a_buffer_that_does_not_exist_is_named():
+    text = ("launches:\n  - {kernel: k, args: [tma_x]}\ntensor_maps:\n"
+            "  - {name: tma_x, tensor: x, dims: [8], strides: [], box: [8]}\n")
+    with pytest.raises(ValueError, match="tensor map 'tma_x' .over 'x'.: no buffer named 'x'"):
+        bind(parse_recipe(text), {}, {"a": "float32"}, "float32")
+
+
+@pytest.mark.parametrize("body, field, message", [
+    ("  - {name: m, tensor: a, dims: [K, M], strides: [], box: [64, 64]}\n", "tensor_maps.0",
+     "strides: expected 1 element strides"),
+    ("  - {name: m, tensor: a, dims: [K, M], strides: [K], box: [64]}\n", "tensor_maps.0",
+     "box: expected 2 entries"),
+    ("  - {name: m, tensor: a, dims: [1, 2, 3, 4, 5, 6], strides: [1, 2, 3, 4, 5], box: [1, 1, 1, 1, 1, 1]}\n",
+     "tensor_maps.0", "dims: expected 1 to 5 dimensions"),
+    ("  - {name: m, tensor: a, dims: [K], strides: [], box: [8], swizzle: 128}\n", "tensor_maps.0.swizzle",
+     "valid string"),
+    ("  - {name: m, tensor: a, dims: [K], strides: [], box: [8], swizzle: 256B}\n", "tensor_maps.0",
+     "swizzle: '256B' is not one of none, 32B, 64B, 128B"),
+    ("  - {name: m, tensor: a, dims: [K], strides: [], box: [8], l2: 64B}\n", "tensor_maps.0.l2",
+     "Extra inputs"),
+    ("  - {name: m, tensor: a, dims: [K], strides: [], box: [8]}\n  - {name: m, tensor: b, dims: [K], "
+     "strides: [], box: [8]}\n", "", "'m' is declared twice"),
+])
+def test_an_invalid_tensor_map_declaration_names_file_and_field(body, field, message):
+    with pytest.raises(InputError) as err:
+        parse_recipe("launches:\n  - {kernel: k, args: [m]}\ntensor_maps:\n" + body, "h/launch.yaml")
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("h/launch.yaml"), line
+    assert field in line and message in line, line

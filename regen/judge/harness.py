@@ -97,7 +97,7 @@ class Harness:
         fills = self.buffers.refresh(case, bufs, self.buffers.draw_kind(), keep=True, avoid=avoid)
         all_bufs = {**inputs, **bufs}
         env = self.spec.case_env(case)
-        self.launch(bind(self.recipe, env, set(all_bufs), env["T"]), all_bufs)
+        self.launch(bind(self.recipe, env, all_bufs, env["T"]), all_bufs)
         self.runtime.synchronize()
         return {t.name: bufs[t.name] for t in self.spec.signature.outputs}, fills
 

@@ -129,12 +129,12 @@ def tensor_bytes(spec, case: Case) -> int:
 
 
 def _branches(spec, recipe, case: Case) -> list[str] | None:
-    from ..recipe import bind
+    from ..recipe import bind, buffer_layouts
 
     env = spec.case_env(case)
-    names = {t.name for t in spec.signature.tensors} | {w.name for w in recipe.workspace}
     try:
-        return [launch.kernel for launch in bind(recipe, env, names, env["T"])]
+        dtypes, _shapes = buffer_layouts(spec, recipe, env)
+        return [launch.kernel for launch in bind(recipe, env, dtypes, env["T"])]
     except Exception:  # noqa: BLE001 - no launch applies: not the same regime
         return None
 

@@ -89,7 +89,7 @@ class TimedLoop:
         donor = b.make_inputs(case, view, (seeds[0] * 2654435761 + 1) % 2**31)
         bufs = [b.outputs(case, inp, b.draw_kind()) for inp in sets]
         env = h.spec.case_env(case)
-        launches = [bind(h.recipe, env, set({**sets[i], **bufs[i]}), env["T"])
+        launches = [bind(h.recipe, env, {**sets[i], **bufs[i]}, env["T"])
                     for i in range(len(sets))]
         warm, order, checked = self.plan(len(sets), iters, warmup)
         compare_untimed = b.rng.choice(sorted(checked))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from .launch import NoLaunch, bind_recipe, workspace
+from .launch import NoLaunch, TensorMapError, bind_recipe, workspace
 from .signature import ALIGN, Signature, SignatureError, shape_eval
 
 MAX_PLANS = 4096  # per op: shapes seen; beyond it the cache starts again (dynamic shapes)
@@ -147,7 +147,7 @@ class KernelOp:
         else:
             try:
                 plan = self._kernel_plan(env, device, res)
-            except NoLaunch as exc:
+            except (NoLaunch, TensorMapError) as exc:  # no launch, or none whose maps bind
                 why = f"{res.column}: {exc} for {self.sig.describe(env)}"
                 plan = self._fallback_plan(env, device, (self.name, res.column, "no-launch"), why)
             else:
@@ -176,8 +176,16 @@ class KernelOp:
             outputs.append((like, shape, getattr(torch, dt)))
         scratch_names = [w[0] for w in workspace(res.recipe, env)]
         names = [*self._input_names, *(t["name"] for t in sig.outputs), *scratch_names]
-        launches = bind_recipe(res.recipe, env, set(names), env["T"])
+        # each buffer's dtype and shape, for the tensor maps a recipe may pass
+        dtypes = dict(zip(self._input_names, (dt for _shape, dt in inputs)))
+        shapes = dict(zip(self._input_names, (shape for shape, _dt in inputs)))
+        for t, shape, dt in zip(sig.outputs, sig.output_shapes(env), sig.output_dtypes(env)):
+            dtypes[t["name"]], shapes[t["name"]] = dt, list(shape)
+        for name, dt, shape, _zero in workspace(res.recipe, env):
+            dtypes[name], shapes[name] = dt, shape
+        launches = bind_recipe(res.recipe, env, dtypes, env["T"], shapes)
         used = {v for *_launch, args in launches for kind, v in args if kind == "tensor"}
+        used |= {v.tensor for *_launch, args in launches for kind, v in args if kind == "tensormap"}
         scratch = [(shape, getattr(torch, dt), zero) for name, dt, shape, zero in
                    workspace(res.recipe, env) if name in used]
         names = [*names[:len(names) - len(scratch_names)],

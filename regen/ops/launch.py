@@ -20,17 +20,20 @@ import ctypes
 import struct
 import threading
 
+from ..cudadrv import TensorMapCache
 from ..cudadrv import call as _call
 from ..cudadrv import check as _check
 from ..cudadrv import param_sizes
 from ..dtypes import short
 from ..expr import evaluate
+from ..tensormap import PARAM_BYTES, TensorMapError, bind_map  # noqa: F401 - dispatch's too
 
 ARG_TYPES = ("int32", "int64", "float32", "float64")
 _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "float32": ctypes.c_float,
            "float64": ctypes.c_double}
 _PACK = {"tensor": "Q", "int32": "i4x", "int64": "q", "float32": "f4x", "float64": "d"}
-_PARAM_SIZES = {"tensor": 8, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
+_PARAM_SIZES = {"tensor": 8, "tensormap": PARAM_BYTES, "int32": 4, "int64": 8, "float32": 4,
+                "float64": 8}
 _INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
 
@@ -46,11 +49,16 @@ def _split_typed(arg: str):
     return None, arg
 
 
-def bind_recipe(recipe: dict, env: dict, buffers, dtype: str) -> list[tuple]:
+def bind_recipe(recipe: dict, env: dict, buffers, dtype: str, shapes: dict | None = None
+                ) -> list[tuple]:
     """The recipe evaluated for one call, as regen.recipe.bind does for the judge:
     [(kernel, grid, block, shared_mem, [(kind, value), ...]), ...] where kind "tensor" carries a
-    buffer name. `recipe` is the plain form of a launch.yaml (Recipe.model_dump())."""
+    buffer name and "tensormap" a regen.tensormap.BoundTensorMap. `recipe` is the plain form of a
+    launch.yaml (Recipe.model_dump()); `buffers` maps each buffer name to its dtype (a set of
+    names does where no tensor map is passed), `shapes` each to its shape."""
     out = []
+    maps = {m["name"]: m for m in recipe.get("tensor_maps") or []}
+    bound_maps: dict = {}
     for launch in recipe["launches"]:
         when = launch.get("when")
         if when is not None and not evaluate(when, env):
@@ -59,6 +67,15 @@ def bind_recipe(recipe: dict, env: dict, buffers, dtype: str) -> list[tuple]:
         for a in launch["args"]:
             if isinstance(a, str) and a in buffers:
                 args.append(("tensor", a))
+                continue
+            if isinstance(a, str) and a in maps:
+                if a not in bound_maps:
+                    decl = maps[a]
+                    if not hasattr(buffers, "get"):
+                        raise ValueError(f"tensor map {a!r} needs the buffers' dtypes")
+                    bound_maps[a] = bind_map(decl, env, buffers.get(decl["tensor"]),
+                                             None if shapes is None else shapes.get(decl["tensor"]))
+                args.append(("tensormap", bound_maps[a]))
                 continue
             typ, text = _split_typed(a) if isinstance(a, str) else (None, a)
             val = evaluate(text, env)
@@ -186,6 +203,7 @@ class CudaLibrary:
         self._modules: dict[int, tuple] = {}   # device index -> (context, module)
         self._functions: dict[tuple, object] = {}
         self._local = threading.local()  # .devices: those whose context this thread made current
+        self._tensor_maps = TensorMapCache()
 
     def _module(self, index: int):
         if index not in self._modules:
@@ -244,6 +262,39 @@ class CudaLibrary:
             _check(driver.cuCtxSetCurrent(ctx)[0], "cuCtxSetCurrent")
         done.add(index)
 
+    def _mapped_launch(self, fn, grid, block, shared, kernel, args, index):
+        """A prepared launch passing tensor maps: parameters at their own offsets (a map is 128
+        bytes aligned to 64), each map encoded over the call's pointer of its buffer (memoised
+        on the address and the map's figures, regen/cudadrv.TensorMapCache)."""
+        offsets, end = [], 0
+        for kind, _v in args:
+            size = _PARAM_SIZES[kind]
+            align = 64 if kind == "tensormap" else 8
+            end = -(-end // align) * align
+            offsets.append(end)
+            end += max(size, 8)
+        room = ctypes.create_string_buffer(end + 64)
+        base = ctypes.addressof(room) + (-ctypes.addressof(room)) % 64
+        params = (ctypes.c_void_p * len(args))(*[base + o for o in offsets])
+        pack = struct.pack_into
+        skew = base - ctypes.addressof(room)
+        for i, (kind, v) in enumerate(args):
+            if kind not in ("tensor", "tensormap"):
+                pack("<" + _PACK[kind], room, skew + offsets[i], _scalar_checked(kernel, i, kind, v))
+        pointers = tuple((skew + offsets[i], index[v]) for i, (k, v) in enumerate(args)
+                         if k == "tensor")
+        maps = tuple((base + offsets[i], index[v.tensor], v) for i, (k, v) in enumerate(args)
+                     if k == "tensormap")
+        cache = self._tensor_maps
+        memmove = ctypes.memmove
+
+        def fill(ptrs):
+            for offset, b in pointers:
+                pack("<Q", room, offset, ptrs[b])
+            for where, b, bound in maps:
+                memmove(where, cache.get(bound, ptrs[b]), PARAM_BYTES)
+        return (fn, *grid, *block, shared, fill, ctypes.addressof(params), kernel, (room, params))
+
     def plan(self, launches: list[tuple], index: dict[str, int], device_index: int):
         """A callable(pointers) launching the recipe on the current stream of `device_index`.
 
@@ -264,6 +315,9 @@ class CudaLibrary:
                 raise NoLaunch(f"kernel {kernel!r} would launch an empty grid {grid} x {block}")
             kinds = tuple(k for k, _ in args)
             fn = self._function(device_index, kernel, kinds, shared)
+            if "tensormap" in kinds:
+                prepared.append(self._mapped_launch(fn, grid, block, shared, kernel, args, index))
+                continue
             slots = ctypes.create_string_buffer(max(8 * len(args), 8))
             params = (ctypes.c_void_p * max(len(args), 1))(
                 *[ctypes.addressof(slots) + 8 * i for i in range(len(args))])

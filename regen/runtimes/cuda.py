@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 from cuda.bindings import driver
 
+from ..cudadrv import TensorMapCache, check, param_sizes
 from ..cudadrv import call as _call
-from ..cudadrv import check, param_sizes
-from ..recipe import BoundArg, BoundLaunch
+from ..recipe import BoundArg, BoundLaunch, dtype_name
+from ..tensormap import PARAM_BYTES, check_buffer
 from .events import Stall, Timer
 
 DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
@@ -28,11 +29,17 @@ _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64,
 _INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
-def pack_params(launch: BoundLaunch, buffers: dict) -> tuple[ctypes.Array, list]:
+def pack_params(launch: BoundLaunch, buffers: dict, maps: TensorMapCache | None = None
+                ) -> tuple[ctypes.Array, list]:
     """The void** kernelParams array for one launch, plus the ctypes values it points into
-    (which must stay alive until cuLaunchKernel returns)."""
+    (which must stay alive until cuLaunchKernel returns). A tensor map is encoded over the buffer
+    this launch passes (memoised on its address and figures by `maps`)."""
     values: list = []
     for i, arg in enumerate(launch.args):
+        if arg.kind == "tensormap":
+            values.append(_tensor_map_value(launch.kernel, i, arg.value, buffers,
+                                            maps if maps is not None else TensorMapCache()))
+            continue
         values.append(_param_value(launch.kernel, i, arg, buffers))
     pointers = (ctypes.c_void_p * max(len(values), 1))()
     for i, v in enumerate(values):
@@ -61,7 +68,30 @@ def _param_value(kernel: str, index: int, arg: BoundArg, buffers: dict):
     return ctype(float(arg.value))
 
 
-_PARAM_SIZES = {"tensor": 8, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
+def _tensor_map_value(kernel: str, index: int, bound, buffers: dict, maps: TensorMapCache):
+    """The 128 bytes of a CUtensorMap over the launch's buffer, 64-byte aligned as the driver's
+    type is (a ctypes array placed inside a larger one)."""
+    tensor = buffers.get(bound.tensor)
+    if not isinstance(tensor, torch.Tensor):
+        raise RuntimeError(f"kernel {kernel!r} argument {index}: tensor map {bound.name!r} needs "
+                           f"the buffer {bound.tensor!r}, which this launch does not have")
+    if not tensor.is_contiguous():
+        raise RuntimeError(f"kernel {kernel!r} argument {index}: tensor map {bound.name!r}: buffer "
+                           f"{bound.tensor!r} is not contiguous")
+    try:
+        check_buffer(bound, dtype_name(tensor), tensor.numel(), tensor.data_ptr())
+    except ValueError as exc:
+        raise RuntimeError(f"kernel {kernel!r} argument {index}: {exc}") from None
+    encoded = maps.get(bound, tensor.data_ptr())
+    room = (ctypes.c_ubyte * (PARAM_BYTES + 64))()
+    skew = (-ctypes.addressof(room)) % 64
+    value = (ctypes.c_ubyte * PARAM_BYTES).from_buffer(room, skew)
+    ctypes.memmove(value, encoded, PARAM_BYTES)
+    return value  # from_buffer keeps `room` alive
+
+
+_PARAM_SIZES = {"tensor": 8, "tensormap": PARAM_BYTES, "int32": 4, "int64": 8, "float32": 4,
+                "float64": 8}
 
 
 class Runtime:
@@ -83,6 +113,7 @@ class Runtime:
         self._param_sizes: dict[str, list[int] | None] = {}
         self._dynamic_shared: dict[str, int] = {}
         self._flush_buffer = None
+        self._tensor_maps = TensorMapCache()
         self._reset_persisting_l2 = True
         self.stall = Stall()
 
@@ -132,7 +163,7 @@ class Runtime:
             fn = self.function(launch.kernel)
             self._check_signature(launch)
             self._allow_dynamic_shared(launch.kernel, fn, launch.shared_mem)
-            pointers, keep_alive = pack_params(launch, buffers)
+            pointers, keep_alive = pack_params(launch, buffers, self._tensor_maps)
             (err,) = driver.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.shared_mem,
                                            stream, ctypes.addressof(pointers), 0)
             del keep_alive

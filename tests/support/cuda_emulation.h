@@ -114,6 +114,18 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 struct EmuFiber { ucontext_t ctx; dim3 tid; bool done = false; std::vector<char> stack; };
+// Hopper's asynchronous units (see "Hopper's asynchronous units" below): an mbarrier's state, a
+// TMA tile copy in flight, a wgmma in flight, a bulk (TMA) store group.
+struct EmuBarrier { unsigned expected = 0, pending = 0; long long tx = 0; unsigned phase = 0; };
+struct EmuTmaCopy { unsigned smem; unsigned char map[128]; int coords[5]; unsigned bar; bool store; };
+struct EmuWgmma { float* d; int n, scale_d, tnsp_a, tnsp_b, kind; uint64_t da, db; unsigned group; };
+struct EmuThreadAsync {
+  std::vector<EmuWgmma> wgmma;          // issued, not yet retired by wgmma.wait_group
+  unsigned wgmma_groups = 0;            // groups committed so far
+  std::vector<EmuTmaCopy> stores;       // TMA stores issued, not yet waited for
+  std::vector<unsigned> store_group;    // the bulk group of each
+  unsigned store_groups = 0;
+};
 struct Emu {
   dim3 grid, block, bidx;
   std::vector<EmuFiber> f;
@@ -127,6 +139,14 @@ struct Emu {
   std::vector<unsigned> frag;  // 6 words per thread: the operand fragments of an emulated mma.sync
   void* fn; int64_t ints[32]; float flts[4];
   std::vector<unsigned char> dynamic_smem;
+  unsigned char* smem = nullptr;        // the dynamic shared memory: shared address EMU_SMEM_BASE
+  unsigned smem_bytes = 0;
+  std::vector<std::pair<unsigned, EmuBarrier>> barriers;   // by shared address, this block's
+  std::vector<EmuTmaCopy> tma_loads;    // issued, landing when their barrier is waited on
+  std::vector<EmuThreadAsync> async;    // per thread
+  std::vector<uint64_t> stm_addr;       // stmatrix: each lane's row address and registers
+  std::vector<unsigned> stm_regs;
+  unsigned named_arrived[16] = {}; unsigned long named_gen[16] = {};
 };
 extern Emu* g_emu;
 #define threadIdx (g_emu->f[g_emu->cur].tid)
@@ -157,7 +177,7 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   }
   emu_warp_barrier();
 }
-inline unsigned char* emu_dynamic_smem() { return g_emu->dynamic_smem.data(); }
+inline unsigned char* emu_dynamic_smem() { return g_emu->smem; }
 // a fiber runs until it yields, so these read-modify-writes are atomic among the grid's threads
 template <class T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; ++g_emu->events; return old; }
 template <class T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; ++g_emu->events; return old; }
@@ -237,6 +257,341 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
   }
   emu_warp_barrier();
 }
+
+// -- Hopper's asynchronous units: mbarriers, TMA tile copies, wgmma, stmatrix ------------------
+// A kernel reaches these from the `#else` branch of its `#ifdef __CUDA_ARCH__` inline PTX, with
+// the same shared addresses, descriptors and tensor maps the device code builds:
+//  * shared memory: __cvta_generic_to_shared maps the dynamic shared memory to shared addresses
+//    from EMU_SMEM_BASE (not 1024-aligned, so a kernel must align its swizzled tiles itself);
+//  * mbarrier: init / arrive / expect_tx / try_wait.parity with the PTX phase rules; a phase
+//    completes when every expected arrival came and the transaction count is back to zero;
+//  * cp.async.bulk.tensor loads: the tensor map is the emulation's own encoding of the recipe's
+//    declaration (tests/support/cuda_emulation.py), the box lands in shared memory with the
+//    map's swizzle (the 16-byte chunk bits [4,7) of the shared address XOR bits [7,10) for 128B;
+//    [4,6) ^ [7,9) for 64B, bit 4 ^ bit 7 for 32B), elements outside the tensor zero-filled, and
+//    the whole box's bytes complete on the mbarrier; a copy lands only when a thread waits on its
+//    barrier, so a kernel that reads a stage before waiting reads the poison;
+//  * TMA stores (bulk groups): elements outside the tensor are not written; the store reads
+//    shared memory when the thread waits for its group (or exits), as the hardware may;
+//  * wgmma.mma_async (bf16/f16 k16, e4m3/e5m2 k32, f32 accumulators, m64nNk): operands through
+//    their 64-bit shared-memory descriptors (start, leading and stride byte offsets, swizzle
+//    mode; K-major or, for 16-bit types, MN-major), the accumulator fragment of PTX (register
+//    4j + {0,1}: row 16 warp + lane / 4, column 8j + 2 (lane % 4) + {0,1}; 4j + {2,3}: 8 rows
+//    down); executed when wgmma.wait_group retires its group, so operands are read late;
+//  * stmatrix (x1/x2/x4, b16): a warp's 8x8 matrices, row addresses from lanes 8i..8i+7.
+#define CU_TENSOR_MAP_NUM_QWORDS 16
+struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
+#define __grid_constant__
+#define EMU_SMEM_BASE 128u
+#define EMU_MAP_MAGIC 0x70614d726f736e65ull
+struct EmuTensorMap {   // what tests/support/cuda_emulation.py writes into a CUtensorMap
+  uint64_t magic, address; uint32_t rank, esize; uint64_t dims[5], strides[4];
+  uint32_t box[5], swizzle, oob_nan;
+};
+static_assert(sizeof(EmuTensorMap) <= 128, "the emulated map fits a CUtensorMap");
+[[noreturn]] inline void emu_fail(const char* what) {
+  fprintf(stderr, "emu: %s (block %u, thread %u)\n", what, g_emu->bidx.x, emu_lin());
+  abort();
+}
+inline unsigned __cvta_generic_to_shared(const void* p) {
+  const unsigned char* q = static_cast<const unsigned char*>(p);
+  Emu* e = g_emu;
+  if (q < e->smem || q > e->smem + e->smem_bytes)
+    emu_fail("__cvta_generic_to_shared of an address outside the dynamic shared memory");
+  return EMU_SMEM_BASE + unsigned(q - e->smem);
+}
+inline unsigned char* emu_smem(unsigned addr, unsigned bytes) {
+  Emu* e = g_emu;
+  if (addr < EMU_SMEM_BASE || addr - EMU_SMEM_BASE + uint64_t(bytes) > e->smem_bytes) {
+    fprintf(stderr, "emu: shared address %#x (+%u bytes) is outside the launch's %u bytes of "
+            "dynamic shared memory\n", addr, bytes, e->smem_bytes);
+    abort();
+  }
+  return e->smem + (addr - EMU_SMEM_BASE);
+}
+inline unsigned emu_swizzle(unsigned addr, unsigned span) {
+  const unsigned mask = span == 128 ? 7u : span == 64 ? 3u : span == 32 ? 1u : 0u;
+  return addr ^ (((addr >> 7) & mask) << 4);
+}
+// mbarriers
+inline EmuBarrier& emu_barrier(unsigned addr, bool create = false) {
+  Emu* e = g_emu;
+  if (addr % 8) emu_fail("mbarrier address not 8-byte aligned");
+  for (auto& b : e->barriers)
+    if (b.first == addr) return b.second;
+  if (!create) {
+    fprintf(stderr, "emu: mbarrier at shared address %#x used before mbarrier.init\n", addr);
+    abort();
+  }
+  emu_smem(addr, 8);
+  e->barriers.push_back({addr, EmuBarrier{}});
+  return e->barriers.back().second;
+}
+inline void emu_mbar_settle(EmuBarrier& b) {
+  if (b.pending == 0 && b.tx == 0) { b.phase += 1; b.pending = b.expected; }
+}
+inline void emu_mbar_init(unsigned addr, unsigned count) {
+  if (count == 0 || count >= (1u << 20)) emu_fail("mbarrier.init count out of range");
+  EmuBarrier& b = emu_barrier(addr, true);
+  b = EmuBarrier{count, count, 0, 0};
+  ++g_emu->events;
+}
+inline void emu_mbar_arrive(unsigned addr, unsigned count = 1) {
+  EmuBarrier& b = emu_barrier(addr);
+  if (count > b.pending) emu_fail("more mbarrier arrivals than its count in one phase");
+  b.pending -= count;
+  ++g_emu->events;
+  emu_mbar_settle(b);
+}
+inline void emu_mbar_expect_tx(unsigned addr, unsigned bytes) {
+  EmuBarrier& b = emu_barrier(addr);
+  b.tx += bytes;
+  ++g_emu->events;
+}
+inline void emu_mbar_arrive_expect_tx(unsigned addr, unsigned bytes) {
+  emu_barrier(addr).tx += bytes;
+  emu_mbar_arrive(addr);
+}
+inline void emu_mbar_complete_tx(unsigned addr, unsigned bytes) {
+  EmuBarrier& b = emu_barrier(addr);
+  b.tx -= bytes;
+  ++g_emu->events;
+  emu_mbar_settle(b);
+}
+inline void emu_tma_land(EmuTmaCopy& c);
+// try_wait.parity: true once the phase of that parity has completed (the current phase's parity
+// differs); lands the copies that complete on this barrier first, and yields when not done
+inline bool emu_mbar_try_wait(unsigned addr, unsigned parity) {
+  Emu* e = g_emu;
+  for (size_t i = 0; i < e->tma_loads.size();) {
+    if (e->tma_loads[i].bar == addr) {
+      EmuTmaCopy c = e->tma_loads[i];
+      e->tma_loads.erase(e->tma_loads.begin() + long(i));
+      emu_tma_land(c);
+    } else {
+      ++i;
+    }
+  }
+  if ((emu_barrier(addr).phase & 1u) != (parity & 1u)) return true;
+  emu_yield();
+  return false;
+}
+// tensor maps and TMA copies
+inline const EmuTensorMap& emu_map(const void* map) {
+  const EmuTensorMap& m = *static_cast<const EmuTensorMap*>(map);
+  if (reinterpret_cast<uintptr_t>(map) % 64) emu_fail("CUtensorMap not 64-byte aligned");
+  if (m.magic != EMU_MAP_MAGIC) emu_fail("not a tensor map the recipe passed");
+  return m;
+}
+inline uint64_t emu_box_bytes(const EmuTensorMap& m) {
+  uint64_t n = m.esize;
+  for (unsigned d = 0; d < m.rank; ++d) n *= m.box[d];
+  return n;
+}
+// visit every element of the box at `coords`: f(shared byte offset before the swizzle, global
+// address or nullptr when the element is outside the tensor)
+template <class F> inline void emu_box_walk(const EmuTensorMap& m, const int* coords, F f) {
+  uint32_t idx[5] = {0, 0, 0, 0, 0};
+  const uint64_t count = emu_box_bytes(m) / m.esize;
+  for (uint64_t linear = 0; linear < count; ++linear) {
+    uint64_t rest = linear;
+    for (unsigned d = 0; d < m.rank; ++d) { idx[d] = uint32_t(rest % m.box[d]); rest /= m.box[d]; }
+    bool inside = true;
+    uint64_t offset = 0;
+    for (unsigned d = 0; d < m.rank; ++d) {
+      const long long g = (long long)coords[d] + idx[d];
+      if (g < 0 || uint64_t(g) >= m.dims[d]) { inside = false; break; }
+      offset += d == 0 ? uint64_t(g) * m.esize : uint64_t(g) * m.strides[d - 1];
+    }
+    f(unsigned(linear * m.esize), inside ? reinterpret_cast<unsigned char*>(m.address + offset) : nullptr);
+  }
+}
+inline void emu_tma_check(const EmuTensorMap& m, unsigned smem, int rank) {
+  if (int(m.rank) != rank) emu_fail("cp.async.bulk.tensor rank differs from the tensor map's");
+  const unsigned align = m.swizzle ? 8 * m.swizzle : 128;
+  if ((smem % align) != 0) {
+    fprintf(stderr, "emu: TMA shared address %#x is not %u-byte aligned (%s)\n", smem, align,
+            m.swizzle ? "a swizzled box starts on a whole swizzle pattern" : "TMA boxes");
+    abort();
+  }
+  emu_smem(smem, unsigned(emu_box_bytes(m)));
+}
+inline void emu_tma_land(EmuTmaCopy& c) {
+  const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(c.map);
+  static const unsigned char nan16[2] = {0xc0, 0x7f}, nan32[4] = {0, 0, 0xc0, 0x7f};
+  emu_box_walk(m, c.coords, [&](unsigned off, unsigned char* g) {
+    const unsigned at = emu_swizzle(c.smem + off, m.swizzle);
+    unsigned char* s = emu_smem(at, m.esize);
+    for (const auto& b : g_emu->barriers)
+      if (b.first + 8 > at && b.first < at + m.esize) emu_fail("a TMA load wrote over an mbarrier");
+    if (g) memcpy(s, g, m.esize);
+    else if (m.oob_nan && m.esize == 2) memcpy(s, nan16, 2);
+    else if (m.oob_nan && m.esize == 4) memcpy(s, nan32, 4);
+    else memset(s, 0, m.esize);
+  });
+  emu_mbar_complete_tx(c.bar, unsigned(emu_box_bytes(m)));
+}
+// cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [map, coords], [bar]
+inline void emu_tma_load(unsigned smem, const void* map, const int* coords, int rank, unsigned bar) {
+  const EmuTensorMap& m = emu_map(map);
+  emu_tma_check(m, smem, rank);
+  emu_barrier(bar);
+  EmuTmaCopy c{};
+  c.smem = smem; c.bar = bar; c.store = false;
+  memcpy(c.map, &m, sizeof(m));
+  for (int d = 0; d < rank; ++d) c.coords[d] = coords[d];
+  g_emu->tma_loads.push_back(c);
+  ++g_emu->events;
+}
+inline void emu_tma_load_2d(unsigned smem, const void* map, int c0, int c1, unsigned bar) {
+  const int c[2] = {c0, c1};
+  emu_tma_load(smem, map, c, 2, bar);
+}
+inline void emu_tma_load_3d(unsigned smem, const void* map, int c0, int c1, int c2, unsigned bar) {
+  const int c[3] = {c0, c1, c2};
+  emu_tma_load(smem, map, c, 3, bar);
+}
+// cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map, coords], [smem]
+inline void emu_tma_store(const void* map, const int* coords, int rank, unsigned smem) {
+  const EmuTensorMap& m = emu_map(map);
+  emu_tma_check(m, smem, rank);
+  EmuTmaCopy c{};
+  c.smem = smem; c.bar = 0; c.store = true;
+  memcpy(c.map, &m, sizeof(m));
+  for (int d = 0; d < rank; ++d) c.coords[d] = coords[d];
+  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  a.stores.push_back(c);
+  a.store_group.push_back(a.store_groups);
+  ++g_emu->events;
+}
+inline void emu_tma_store_2d(const void* map, int c0, int c1, unsigned smem) {
+  const int c[2] = {c0, c1};
+  emu_tma_store(map, c, 2, smem);
+}
+inline void emu_bulk_commit() { ++g_emu->async[emu_lin()].store_groups; }
+// cp.async.bulk.wait_group(.read) n: the stores of all but the newest n groups are done
+inline void emu_bulk_wait(unsigned n) {
+  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  std::vector<EmuTmaCopy> keep;
+  std::vector<unsigned> keep_group;
+  for (size_t i = 0; i < a.stores.size(); ++i) {
+    if (a.store_group[i] + n < a.store_groups) {
+      EmuTmaCopy& c = a.stores[i];
+      const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(c.map);
+      emu_box_walk(m, c.coords, [&](unsigned off, unsigned char* g) {
+        const unsigned char* s = emu_smem(emu_swizzle(c.smem + off, m.swizzle), m.esize);
+        if (g) memcpy(g, s, m.esize);
+      });
+    } else {
+      keep.push_back(a.stores[i]);
+      keep_group.push_back(a.store_group[i]);
+    }
+  }
+  a.stores.swap(keep);
+  a.store_group.swap(keep_group);
+  ++g_emu->events;
+}
+// wgmma
+inline float emu_elem(unsigned addr, int kind) {   // 0 bf16, 1 f16, 2 e4m3, 3 e5m2
+  const unsigned char* p = emu_smem(addr, kind >= 2 ? 1 : 2);
+  if (kind == 0) return __uint_as_float(unsigned(p[0] | (p[1] << 8)) << 16);
+  if (kind == 1) return __half2float(__half{uint16_t(p[0] | (p[1] << 8))});
+  const unsigned v = p[0], sign = v >> 7;
+  float r;
+  if (kind == 2) {   // e4m3fn: bias 7, no infinities, S.1111.111 is NaN
+    const unsigned e = (v >> 3) & 15u, f = v & 7u;
+    r = (e == 15 && f == 7) ? NAN : e ? ldexpf(1.0f + f / 8.0f, int(e) - 7) : ldexpf(f / 8.0f, -6);
+  } else {           // e5m2: bias 15
+    const unsigned e = (v >> 2) & 31u, f = v & 3u;
+    r = e == 31 ? (f ? NAN : INFINITY) : e ? ldexpf(1.0f + f / 4.0f, int(e) - 15) : ldexpf(f / 4.0f, -14);
+  }
+  return sign ? -r : r;
+}
+// shared address of element (mn, k) of a 64 x K (A) or N x K (B) operand behind descriptor `desc`
+inline unsigned emu_desc_addr(uint64_t desc, unsigned mn, unsigned k, bool mn_major, unsigned esize) {
+  const unsigned start = unsigned(desc & 0x3FFF) << 4, lbo = unsigned((desc >> 16) & 0x3FFF) << 4,
+                 sbo = unsigned((desc >> 32) & 0x3FFF) << 4, base = unsigned(desc >> 49) & 7u,
+                 mode = unsigned(desc >> 62);
+  if (base) emu_fail("wgmma descriptor base offset other than 0 is not modelled");
+  const unsigned span = mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 0;
+  const unsigned t = 16 / esize;   // elements per 16 bytes
+  unsigned off;
+  if (!mn_major) {
+    off = span ? (mn / 8) * sbo + (mn % 8) * span + k * esize
+               : (mn / 8) * sbo + (mn % 8) * 16 + (k / t) * lbo + (k % t) * esize;
+  } else {
+    off = span ? (mn / (span / esize)) * lbo + (mn % (span / esize)) * esize + (k / 8) * sbo + (k % 8) * span
+               : (mn / t) * sbo + (mn % t) * esize + (k / 8) * lbo + (k % 8) * 16;
+  }
+  return emu_swizzle(start + off, span);
+}
+inline void emu_wgmma_run(const EmuWgmma& w) {
+  const unsigned me = emu_lin() % 128, warp = me / 32, lane = me % 32;
+  const unsigned esize = w.kind >= 2 ? 1 : 2, kk = 32 / esize;
+  const unsigned rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
+  float a[2][32], b[32];
+  for (int r = 0; r < 2; ++r)
+    for (unsigned k = 0; k < kk; ++k) a[r][k] = emu_elem(emu_desc_addr(w.da, rows[r], k, w.tnsp_a, esize), w.kind);
+  for (int j = 0; j < w.n / 8; ++j)
+    for (int c = 0; c < 2; ++c) {
+      const unsigned col = 8 * j + 2 * (lane % 4) + c;
+      for (unsigned k = 0; k < kk; ++k) b[k] = emu_elem(emu_desc_addr(w.db, col, k, w.tnsp_b, esize), w.kind);
+      for (int r = 0; r < 2; ++r) {
+        float acc = w.scale_d ? w.d[4 * j + 2 * r + c] : 0.0f;
+        for (unsigned k = 0; k < kk; ++k) acc = fmaf(a[r][k], b[k], acc);
+        w.d[4 * j + 2 * r + c] = acc;
+      }
+    }
+}
+// wgmma.mma_async.sync.aligned.m64n{n}k{16|32}.f32.{kind}: issued by every thread of a warpgroup
+inline void emu_wgmma(float* d, int n, uint64_t da, uint64_t db, int scale_d, int tnsp_a, int tnsp_b,
+                      int kind) {
+  if (n < 8 || n > 256 || n % 8) emu_fail("wgmma N must be a multiple of 8 in 8..256");
+  if (kind >= 2 && (tnsp_a || tnsp_b)) emu_fail("8-bit wgmma operands must be K-major");
+  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  a.wgmma.push_back(EmuWgmma{d, n, scale_d, tnsp_a, tnsp_b, kind, da, db, a.wgmma_groups});
+}
+inline void emu_wgmma_commit() { ++g_emu->async[emu_lin()].wgmma_groups; }
+// wgmma.wait_group n: every group but the newest n retired (their accumulators written)
+inline void emu_wgmma_wait(unsigned n) {
+  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  size_t done = 0;
+  for (; done < a.wgmma.size() && a.wgmma[done].group + n < a.wgmma_groups; ++done)
+    emu_wgmma_run(a.wgmma[done]);
+  a.wgmma.erase(a.wgmma.begin(), a.wgmma.begin() + long(done));
+}
+// named barriers (bar.sync / bar.arrive id, count): count threads, whole warps
+inline void emu_named_arrive(unsigned id, unsigned count, bool wait) {
+  Emu* e = g_emu;
+  if (id >= 16 || count % 32 || count == 0 || count > e->block.x * e->block.y * e->block.z)
+    emu_fail("named barrier id or thread count out of range");
+  const unsigned long g = e->named_gen[id];
+  ++e->events;
+  if (++e->named_arrived[id] == count) { e->named_arrived[id] = 0; ++e->named_gen[id]; return; }
+  if (wait)
+    while (e->named_gen[id] == g) emu_yield();
+}
+// stmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16 [addr], {r...}: matrix i's row r is lane
+// 8i + r's address; lane l's register i holds its elements (l / 4, 2 (l % 4) .. + 1)
+inline void emu_stmatrix(unsigned addr, const unsigned* regs, int count) {
+  Emu* e = g_emu;
+  const unsigned me = emu_lin();
+  if (EMU_WARP != 32 || e->wlive[me / 32] != 32) emu_fail("stmatrix without the full warp");
+  e->stm_addr[me] = addr;
+  for (int i = 0; i < 4; ++i) e->stm_regs[me * 4 + i] = i < count ? regs[i] : 0;
+  emu_warp_barrier();
+  const unsigned base = me & ~31u, lane = me & 31u;
+  if (int(lane / 8) < count) {
+    const unsigned mat = lane / 8, row = lane % 8;
+    if (addr % 16) emu_fail("stmatrix row address not 16-byte aligned");
+    unsigned char* dst = emu_smem(addr, 16);
+    for (unsigned q = 0; q < 4; ++q) {
+      const unsigned v = e->stm_regs[(base + 4 * row + q) * 4 + mat];
+      memcpy(dst + 4 * q, &v, 4);
+    }
+  }
+  emu_warp_barrier();
+}
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
 #define EMU_I8 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t
@@ -250,6 +605,9 @@ static void emu_entry() {
       i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14],
       i[15], i[16], i[17], i[18], i[19], i[20], i[21], i[22], i[23], i[24], i[25], i[26], i[27],
       i[28], i[29], i[30], i[31], e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
+  EmuThreadAsync& a = e->async[emu_lin()];
+  if (!a.wgmma.empty()) emu_fail("the thread exits with wgmma still in flight (no wait_group)");
+  if (!a.stores.empty()) { a.store_groups += 1; emu_bulk_wait(0); }   // stores complete anyway
   e->f[e->cur].done = true;
   ++e->events;
   unsigned w = emu_lin() / EMU_WARP;
@@ -264,7 +622,14 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   Emu e;
   g_emu = &e;
   e.fn = fn;
-  e.dynamic_smem.assign(shared_bytes + 16, 0xff);   // poisoned: a kernel must write before it reads
+  // poisoned (again for every block): a kernel must write before it reads. The buffer starts
+  // EMU_SMEM_BASE bytes past a 1024-byte boundary, as its shared addresses do.
+  e.dynamic_smem.assign(shared_bytes + 16 + 2048, 0xff);
+  {
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(e.dynamic_smem.data());
+    e.smem = e.dynamic_smem.data() + ((1024 - raw % 1024) % 1024) + EMU_SMEM_BASE;
+    e.smem_bytes = shared_bytes;
+  }
   for (int i = 0; i < 32; ++i) e.ints[i] = i < nint ? ints[i] : 0;
   for (int i = 0; i < 4; ++i) e.flts[i] = i < nflt ? flts[i] : 0.0f;
   e.grid = dim3{gx, gy, gz};
@@ -274,6 +639,8 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   for (auto& fb : e.f) fb.stack.resize(64 * 1024);
   e.slot.assign(nt, 0);
   e.frag.assign(size_t(nt) * 6, 0);
+  e.stm_addr.assign(nt, 0);
+  e.stm_regs.assign(size_t(nt) * 4, 0);
   for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
       for (unsigned x = 0; x < gx; ++x) {
@@ -284,6 +651,11 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
         e.warrived.assign(nw, 0);
         e.wgen.assign(nw, 0);
         for (unsigned t = 0; t < nt; ++t) ++e.wlive[t / EMU_WARP];
+        memset(e.smem, 0xff, shared_bytes + 16);
+        e.barriers.clear();
+        e.tma_loads.clear();
+        e.async.assign(nt, EmuThreadAsync{});
+        for (int i = 0; i < 16; ++i) { e.named_arrived[i] = 0; e.named_gen[i] = 0; }
         for (unsigned t = 0; t < nt; ++t) {
           EmuFiber& fb = e.f[t];
           fb.done = false;

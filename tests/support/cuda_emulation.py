@@ -11,6 +11,7 @@ import mmap
 import platform
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -61,13 +62,19 @@ def _host_line(line: str) -> str:
         return "#if 0"
     dynamic = _DYNAMIC_SHARED.match(line)
     if dynamic:   # extern __shared__ T name[]; -> the launch's dynamic shared memory buffer
-        indent, _align, dtype, name = dynamic.groups()
+        indent, _align, dtype, name, _comment = dynamic.groups()
         return f"{indent}{dtype}* const {name} = reinterpret_cast<{dtype}*>(emu_dynamic_smem());"
     return line
 
 
 _DYNAMIC_SHARED = re.compile(
-    r"^(\s*)extern\s+__shared__\s+(__align__\(\d+\)\s+)?([A-Za-z_][\w :]*?)\s+(\w+)\[\];\s*$")
+    r"^(\s*)extern\s+__shared__\s+(__align__\(\d+\)\s+)?([A-Za-z_][\w :]*?)\s+(\w+)\[\];\s*(//.*)?$")
+
+
+# a kernel parameter `const __grid_constant__ CUtensorMap name` (either order): 128 bytes by value
+# on the device, by reference here (the launcher passes integer-class arguments only)
+_GRID_CONSTANT_MAP = re.compile(
+    r"\bconst\s+__grid_constant__\s+CUtensorMap\s+(\w+)|\b__grid_constant__\s+const\s+CUtensorMap\s+(\w+)")
 
 
 def unit(source: str, name: str = "kernel.cu") -> str:
@@ -75,7 +82,31 @@ def unit(source: str, name: str = "kernel.cu") -> str:
     without its <cuda*> (<hip/*>) includes (the header stands in for them), line numbers kept for
     compiler errors."""
     body = "\n".join(_host_line(line) for line in source.splitlines())
+    body = _GRID_CONSTANT_MAP.sub(lambda m: f"const CUtensorMap& {m.group(1) or m.group(2)}", body)
     return f'#include "{HEADER.name}"\n#line 1 "{name}"\n{body}\n'
+
+
+EMU_MAP_MAGIC = 0x70614D726F736E65
+_EMU_MAP = struct.Struct("<QQII5Q4Q5III")
+
+
+def emulated_map(bound, tensor) -> ctypes.Array:
+    """The emulation's encoding of a bound tensor map over `tensor` (cuda_emulation.h's
+    EmuTensorMap in a 64-byte aligned CUtensorMap), checked as the CUDA runtime checks it."""
+    from regen.recipe import dtype_name
+    from regen.tensormap import check_buffer
+
+    check_buffer(bound, dtype_name(tensor), tensor.numel(), tensor.data_ptr())
+    args = bound.encode_args(tensor.data_ptr())
+    rank = args["rank"]
+    pad = lambda xs, n: list(xs) + [0] * (n - len(xs))  # noqa: E731
+    data = _EMU_MAP.pack(EMU_MAP_MAGIC, args["address"], rank, bound.element_bytes,
+                         *pad(args["dims"], 5), *pad(args["strides"], 4), *pad(args["box"], 5),
+                         args["swizzle"], int(args["oob_nan"]))
+    room = (ctypes.c_ubyte * 192)()
+    value = (ctypes.c_ubyte * 128).from_buffer(room, (-ctypes.addressof(room)) % 64)
+    ctypes.memmove(value, data, len(data))
+    return value
 
 
 def build(source: str, folder: Path, cuda_arch: int = 900) -> Path:
@@ -169,8 +200,13 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
             for t in s.signature.outputs:  # an input written over is restored, as the judge does
                 if t.inplace_of:
                     bufs[t.inplace_of].copy_(inputs[t.inplace_of])
-        ints = [bufs[a.value].data_ptr() if a.kind == "tensor" else int(a.value)
-                for a in launch.args if a.kind in ("tensor", "int32", "int64")]
+        ints = []
+        for a in launch.args:
+            if a.kind == "tensormap":   # passed by reference (unit() rewrites the parameter)
+                keep.append(emulated_map(a.value, bufs[a.value.tensor]))
+                ints.append(ctypes.addressof(keep[-1]))
+            elif a.kind in ("tensor", "int32", "int64"):
+                ints.append(bufs[a.value].data_ptr() if a.kind == "tensor" else int(a.value))
         flts = [float(a.value) for a in launch.args if a.kind == "float32"]
         assert len(ints) <= 32 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
         fn = ctypes.cast(getattr(lib, launch.kernel), ctypes.c_void_p).value
