@@ -21,11 +21,13 @@ from support.library import ROOT, ROW_KERNELS, assert_matches, committed, edge_c
 EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_attention",  # plain loads, no atomics
                           "rmsnorm_bwd", "layernorm_bwd", "swiglu_bwd", "rope_bwd", "cross_entropy_bwd",
                           "fused_linear_cross_entropy",  # mma.sync through the header's fragment model
-                          "gemm_bf16", "gemm_bf16_nn",  # the wgmma kernel through a host pass of its tile loop
+                          "gemm_bf16", "gemm_bf16_nn",  # TMA + wgmma kernels through the header's models
                           "gemm_fp8", "mx_gemm",  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
                           "attention",  # wgmma, cp.async and mbarriers through their host-pass meaning
                           # technique unit tests whose inline PTX has a plain fallback
-                          "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile"]
+                          "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile",
+                          # TMA tensor copies, mbarriers, wgmma and stmatrix through the header's models
+                          "tx_tma_tile"]
 
 
 @pytest.fixture(scope="module")
@@ -220,5 +222,93 @@ def test_emulation_reports_a_persistent_kernel_waiting_on_work_that_never_comes(
     env = {k: v for k, v in os.environ.items() if k != "REGEN_TRY_LLAMA_LAYER_DECODE"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=300)
+    assert proc.returncode == -signal.SIGABRT and "emu: deadlock" in proc.stderr, \
+        f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"
+
+
+# -- Hopper's asynchronous units: the models must catch the mistakes they exist for ---------------
+def _variant(folder, kernel, source_edit=None, recipe_edit=None):
+    """`folder`, holding the committed h200 source and recipe of `kernel` with planted edits."""
+    from regen.store import Store
+    entry = Store(ROOT / "cache").current(kernel, "h200")
+    source, recipe = entry.source(), entry.recipe()
+    for old, new in (source_edit or {}).items():
+        assert old in source, f"the committed {kernel} source no longer has {old!r}"
+        source = source.replace(old, new)
+    for old, new in (recipe_edit or {}).items():
+        assert old in recipe, f"the committed {kernel} recipe no longer has {old!r}"
+        recipe = recipe.replace(old, new)
+    folder.mkdir(parents=True)
+    (folder / "kernel.cu").write_text(source)
+    (folder / "launch.yaml").write_text(recipe)
+    return folder
+
+
+def _run_variant(folder, kernel, case_index):
+    s, o = spec(kernel), oracle(kernel)
+    case = s.correctness_cases()[case_index]
+    lib = ctypes.CDLL(str(cuda_emulation.build((folder / "kernel.cu").read_text(), folder / "build")))
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, _changed, ran = cuda_emulation.run(lib, kernel, case, inputs, folder, repeat=2)
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+
+
+def _case_index(kernel, label):
+    s = spec(kernel)
+    return next(i for i, c in enumerate(s.correctness_cases()) if c.label("") == label)
+
+
+def test_emulated_tma_applies_the_maps_swizzle(tmp_path, monkeypatch):
+    """tx_tma_tile reads its tiles through the 128-byte swizzle: maps declared without a swizzle
+    (valid for the driver, wrong for this kernel) give a wrong transpose, not a pass."""
+    cuda_emulation.skip_unless_available()
+    monkeypatch.delenv("REGEN_TRY_TX_TMA_TILE", raising=False)
+    _run_variant(_variant(tmp_path / "honest", "tx_tma_tile"), "tx_tma_tile",
+                 _case_index("tx_tma_tile", "M72xN136:"))
+    bad = _variant(tmp_path / "bad", "tx_tma_tile", recipe_edit={"swizzle: 128B": "swizzle: none"})
+    with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
+        _run_variant(bad, "tx_tma_tile", _case_index("tx_tma_tile", "M72xN136:"))
+
+
+def test_emulated_wgmma_reads_through_the_descriptors_stride(tmp_path, monkeypatch):
+    cuda_emulation.skip_unless_available()
+    monkeypatch.delenv("REGEN_TRY_GEMM_BF16", raising=False)
+    bad = _variant(tmp_path / "bad", "gemm_bf16", source_edit={
+        "desc |= (u64)(1024 >> 4) << 32;   // stride byte offset": "desc |= (u64)(512 >> 4) << 32;"})
+    with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
+        _run_variant(bad, "gemm_bf16", _case_index("gemm_bf16", "M256xN512xK512:"))
+
+
+def test_emulation_catches_a_stage_handed_back_before_its_wgmma_retired(tmp_path, monkeypatch):
+    """The consumer arrives on the stage's empty barrier before wgmma.wait_group: in the eager
+    repetition the producer's next TMA load overwrites the stage under the wgmma still reading it."""
+    cuda_emulation.skip_unless_available()
+    monkeypatch.delenv("REGEN_TRY_GEMM_BF16", raising=False)
+    bad = _variant(tmp_path / "bad", "gemm_bf16", source_edit={
+        """        if (kt > 0) {  // the previous slice's wgmma have retired: hand its stage back
+          wgmma_wait<1>();
+          mbar_arrive(empty + 8 * ((it - 1) % GEMM_STAGES));
+        }""": """        mbar_arrive(empty + 8 * slot);
+        if (kt > 0) wgmma_wait<1>();""",
+        "      if (ktiles > 0) mbar_arrive(empty + 8 * ((it - 1) % GEMM_STAGES));\n": ""})
+    with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
+        _run_variant(bad, "gemm_bf16", _case_index("gemm_bf16", "M384xN256xK1024:,alpha=-1.5"))
+
+
+def test_emulation_reports_a_tma_box_whose_bytes_never_arrive(tmp_path, monkeypatch):
+    """A B box of 128 rows where the kernel arms its barrier for 256: the stage's transaction
+    count never reaches zero, which the emulation reports as a deadlock (the GPU would hang)."""
+    cuda_emulation.skip_unless_available()
+    monkeypatch.delenv("REGEN_TRY_GEMM_BF16", raising=False)
+    bad = _variant(tmp_path / "bad", "gemm_bf16", recipe_edit={"box: [64, 256]": "box: [64, 128]"})
+    script = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+              f"from pathlib import Path; import test_cuda_emulation as t; "
+              f"t._run_variant(Path({str(bad)!r}), 'gemm_bf16', "
+              f"t._case_index('gemm_bf16', 'M128xN256xK64:')); print('returned')")
+    env = {k: v for k, v in os.environ.items() if k != "REGEN_TRY_GEMM_BF16"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT / "tests", env=env, timeout=300)
     assert proc.returncode == -signal.SIGABRT and "emu: deadlock" in proc.stderr, \
         f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"

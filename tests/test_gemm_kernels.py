@@ -1,15 +1,17 @@
 """The committed bf16 GEMMs, checked without their hardware: every shape the specs benchmark reaches
-the tensor-core kernel of each column, odd shapes reach the bounds-checked one, and the machine
-code of the tensor-core kernels shows the technique each claims (wgmma with register reallocation
-and asynchronous copies on sm_90a, mma.sync on sm_100a, MFMA on CDNA). Correctness of both kernels
-against the oracle is checked under the CUDA emulation (test_cuda_emulation.py) and by the host
-judge (cpu column)."""
+the tensor-core kernel of each column, the others reach the kernel made for them, and the machine
+code of the tensor-core kernels shows the technique each claims (TMA tensor copies, wgmma with
+register reallocation and an stmatrix + TMA-store epilogue on sm_90a, mma.sync on sm_100a, MFMA
+on CDNA). Correctness of every kernel against the oracle is checked under the CUDA emulation
+(test_cuda_emulation.py, which models TMA, mbarriers and wgmma) and by the host judge (cpu)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from regen.recipe import bind, parse_recipe
+from regen.recipe import bind, buffer_layouts, parse_recipe
 from regen.sass import missing_instructions
 from regen.spec import Case
 from regen.store import Store
@@ -17,9 +19,14 @@ from regen.store import Store
 from support.library import ROOT, spec, target
 
 GEMMS = ["gemm_bf16", "gemm_bf16_nn"]
-FAST = {"h200": "gemm_bf16_tn_wgmma_bf16", "b200": "gemm_bf16_tn_mma_bf16",
-        "mi350": "gemm_bf16_tn_mfma_bf16", "mi300x": "gemm_bf16_tn_mfma_bf16"}
-GENERAL = "gemm_bf16_general_bf16"
+# (kernel, column) -> the tensor-core kernel every bench shape must reach
+FAST = {("gemm_bf16", "h200"): "gemm_bf16_tn_tma_bf16", ("gemm_bf16_nn", "h200"): "gemm_bf16_nn_tma_bf16",
+        **{(k, t): name for k in GEMMS for t, name in (
+            ("b200", "gemm_bf16_tn_mma_bf16"), ("mi350", "gemm_bf16_tn_mfma_bf16"),
+            ("mi300x", "gemm_bf16_tn_mfma_bf16"))}}
+GENERAL = {"gemm_bf16": "gemm_bf16_general_bf16", "gemm_bf16_nn": "gemm_bf16_nn_general_bf16"}
+SPLITK = {"gemm_bf16": "gemm_bf16_tn_splitk_bf16", "gemm_bf16_nn": "gemm_bf16_nn_splitk_bf16"}
+REDUCE = "gemm_bf16_splitk_reduce_bf16"
 
 
 def _entry(kernel: str, target_name: str):
@@ -29,17 +36,21 @@ def _entry(kernel: str, target_name: str):
     return entry
 
 
-def _launched(kernel: str, target_name: str, sizes: dict) -> list[str]:
+def _bound(kernel: str, target_name: str, sizes: dict):
     s = spec(kernel)
     case = Case.model_validate({**sizes, "dtype": "bfloat16"})
     recipe = parse_recipe(_entry(kernel, target_name).recipe())
     env = s.case_env(case)
-    names = {t.name for t in s.signature.tensors} | {w.name for w in recipe.workspace}
-    return [launch.kernel for launch in bind(recipe, env, names, env["T"])]
+    dtypes, shapes = buffer_layouts(s, recipe, env)
+    return bind(recipe, env, dtypes, env["T"], shapes)
+
+
+def _launched(kernel: str, target_name: str, sizes: dict) -> list[str]:
+    return [launch.kernel for launch in _bound(kernel, target_name, sizes)]
 
 
 def _targets(kernel: str) -> list[str]:
-    return [t for t in FAST if Store(ROOT / "cache").current(kernel, t) is not None]
+    return [t for (k, t) in FAST if k == kernel and Store(ROOT / "cache").current(kernel, t) is not None]
 
 
 @pytest.mark.parametrize("kernel", GEMMS)
@@ -49,22 +60,54 @@ def test_every_bench_shape_reaches_the_tensor_core_kernel(kernel):
     for name in targets:
         for case in spec(kernel).bench_cases():
             ran = _launched(kernel, name, case.sizes)
-            assert FAST[name] in ran and GENERAL not in ran, f"{name} {case.sizes}: {ran}"
+            # the other columns' nn recipes transpose B into a workspace first
+            want = [FAST[kernel, name]] if name == "h200" or kernel == "gemm_bf16" else \
+                ["transpose_kn_to_nk_bf16", FAST[kernel, name]]
+            assert ran == want, f"{name} {case.sizes}: {ran}"
 
 
 @pytest.mark.parametrize("kernel", GEMMS)
 @pytest.mark.parametrize("sizes", [{"M": 129, "N": 256, "K": 64}, {"M": 128, "N": 200, "K": 64},
-                                   {"M": 128, "N": 256, "K": 72}, {"M": 1, "N": 4096, "K": 4096},
-                                   {"M": 3, "N": 5, "K": 7}])
-def test_shapes_off_the_tile_grid_take_the_bounds_checked_kernel_alone(kernel, sizes):
+                                   {"M": 128, "N": 256, "K": 72}, {"M": 3, "N": 5, "K": 7}])
+def test_shapes_off_the_tile_grid_take_the_bounds_checked_kernel_alone_off_h200(kernel, sizes):
     for name in _targets(kernel):
+        if name == "h200":
+            continue
         ran = _launched(kernel, name, sizes)
-        assert GENERAL in ran and FAST[name] not in ran, f"{name} {sizes}: {ran}"
+        assert "gemm_bf16_general_bf16" in ran and FAST[kernel, name] not in ran, f"{name} {sizes}: {ran}"
 
 
-def test_the_nn_layout_transposes_b_before_either_kernel():
-    for sizes in ({"M": 256, "N": 512, "K": 512}, {"M": 3, "N": 5, "K": 7}):
-        assert _launched("gemm_bf16_nn", "h200", sizes)[0] == "transpose_kn_to_nk_bf16"
+@pytest.mark.parametrize("kernel", GEMMS)
+@pytest.mark.parametrize("sizes", [{"M": 129, "N": 256, "K": 64}, {"M": 200, "N": 136, "K": 264},
+                                   {"M": 65, "N": 8, "K": 8}, {"M": 4096, "N": 1000, "K": 4104}])
+def test_on_h200_any_shape_with_16_byte_rows_takes_the_tma_kernel(kernel, sizes):
+    """TMA loads zeros outside the tensor and drops stores outside C, so partial tiles need no
+    other kernel; only rows that are not 16-byte aligned (K or N not a multiple of 8) do."""
+    assert _launched(kernel, "h200", sizes) == [FAST[kernel, "h200"]]
+
+
+@pytest.mark.parametrize("kernel", GEMMS)
+@pytest.mark.parametrize("sizes", [{"M": 129, "N": 257, "K": 100}, {"M": 4096, "N": 4096, "K": 4100},
+                                   {"M": 1, "N": 1, "K": 1}, {"M": 64, "N": 1023, "K": 64}])
+def test_on_h200_rows_not_16_byte_aligned_take_the_bounds_checked_kernel_alone(kernel, sizes):
+    assert _launched(kernel, "h200", sizes) == [GENERAL[kernel]]
+
+
+@pytest.mark.parametrize("kernel", GEMMS)
+def test_on_h200_decode_shapes_split_k_and_reduce_in_a_second_launch(kernel):
+    for sizes, slices in (({"M": 1, "N": 1024, "K": 4096}, 16), ({"M": 16, "N": 4096, "K": 1024}, 4),
+                          ({"M": 64, "N": 28672, "K": 64}, 1)):
+        launches = _bound(kernel, "h200", sizes)
+        names = [launch.kernel for launch in launches]
+        assert names == ([SPLITK[kernel], REDUCE] if slices > 1 else [SPLITK[kernel]]), names
+        assert launches[0].grid == (-(-sizes["N"] // 128), slices, 1)
+
+
+def test_the_nn_layout_reads_b_n_major_without_a_transposed_copy_on_h200():
+    recipe = parse_recipe(_entry("gemm_bf16_nn", "h200").recipe())
+    assert [w.name for w in recipe.workspace] == ["partial"]
+    maps = {m.name: m for m in recipe.tensor_maps}
+    assert maps["tma_b"].tensor == "b" and maps["tma_b"].dims == ["N", "K"]
 
 
 @pytest.fixture(scope="module")
@@ -89,20 +132,27 @@ def sass():
 
 
 @pytest.mark.parametrize("kernel", GEMMS)
-def test_h200_fast_kernel_shows_wgmma_register_reallocation_and_async_copies(sass, kernel):
+def test_h200_fast_kernel_shows_tma_wgmma_register_reallocation_and_a_tma_store_epilogue(sass, kernel):
     result = sass(kernel, "h200")
-    fast = FAST["h200"]
+    fast = FAST[kernel, "h200"]
     required = ["HGMMA.64x256x16.F32.BF16", "USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC",
-                "LDGSTS", "SYNCS.PHASECHK", "WARPGROUP.DEPBAR"]
+                "UTMALDG.2D", "UTMASTG.2D", "STSM.16.M88.4", "SYNCS.PHASECHK", "WARPGROUP.DEPBAR"]
     assert missing_instructions(result.disassembly, required, kernel=fast) == []
-    assert result.resources[fast]["spill_bytes"] == 0
-    assert missing_instructions(result.disassembly, ["HGMMA"], kernel=GENERAL) == ["HGMMA"]
+    assert missing_instructions(result.disassembly, ["LDGSTS"], kernel=fast) == ["LDGSTS"]
+    assert missing_instructions(result.disassembly, ["HGMMA.64x128x16.F32.BF16", "UTMALDG.2D"],
+                                kernel=SPLITK[kernel]) == []
+    assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources
+    assert missing_instructions(result.disassembly, ["HGMMA"], kernel=GENERAL[kernel]) == ["HGMMA"]
+    # the N-major B goes through wgmma's transpose flag in both tensor-core kernels
+    hgmma = [line for line in result.disassembly.splitlines() if "HGMMA." in line]
+    transposed = [line for line in hgmma if re.search(r"gdesc\[\w+\]\.tnspB", line)]
+    assert (len(transposed) == len(hgmma)) if kernel == "gemm_bf16_nn" else not transposed
 
 
 def test_b200_fast_kernel_is_mma_sync_not_tcgen05(sass):
     """What the b200 artifact is, stated by its machine code: HMMA, and no UTC*MMA (tcgen05)."""
     result = sass("gemm_bf16", "b200")
-    fast = FAST["b200"]
+    fast = FAST["gemm_bf16", "b200"]
     assert missing_instructions(result.disassembly, ["HMMA.16816.F32.BF16", "LDSM"], kernel=fast) == []
     assert missing_instructions(result.disassembly, ["UTCHMMA", "UTCQMMA"], kernel=fast) == \
         ["UTCHMMA", "UTCQMMA"]
@@ -116,5 +166,5 @@ def test_cdna_fast_kernel_runs_on_the_matrix_cores(name):
         pytest.skip(toolchain.problem())
     result = toolchain.compile(_entry("gemm_bf16", name).source(), target(name))
     assert result.ok, result.log
-    assert missing_instructions(result.disassembly, ["v_mfma_f32_32x32x8"], kernel=FAST[name]) == []
+    assert missing_instructions(result.disassembly, ["v_mfma_f32_32x32x8"], kernel=FAST["gemm_bf16", name]) == []
     assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources

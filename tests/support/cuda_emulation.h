@@ -269,8 +269,9 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
 //    declaration (tests/support/cuda_emulation.py), the box lands in shared memory with the
 //    map's swizzle (the 16-byte chunk bits [4,7) of the shared address XOR bits [7,10) for 128B;
 //    [4,6) ^ [7,9) for 64B, bit 4 ^ bit 7 for 32B), elements outside the tensor zero-filled, and
-//    the whole box's bytes complete on the mbarrier; a copy lands only when a thread waits on its
-//    barrier, so a kernel that reads a stage before waiting reads the poison;
+//    the whole box's bytes complete on the mbarrier; a copy lands when a thread waits on its
+//    barrier (a stage read before its wait reads the poison) or, in the eager mode, at issue (a
+//    stage handed back too early is overwritten before the wgmma reading it retire);
 //  * TMA stores (bulk groups): elements outside the tensor are not written; the store reads
 //    shared memory when the thread waits for its group (or exits), as the hardware may;
 //  * wgmma.mma_async (bf16/f16 k16, e4m3/e5m2 k32, f32 accumulators, m64nNk): operands through
@@ -431,6 +432,11 @@ inline void emu_tma_land(EmuTmaCopy& c) {
   });
   emu_mbar_complete_tx(c.bar, unsigned(emu_box_bytes(m)));
 }
+// When a load lands: lazily (when a thread waits on its barrier: a stage read before its wait
+// reads the poison) or eagerly (at issue: a stage handed back before the wgmma reading it retired
+// is overwritten under them). cuda_emulation.py alternates the two between repeated launches.
+int g_emu_eager_tma = 0;
+extern "C" void emu_set_eager_tma(int eager) { g_emu_eager_tma = eager; }
 // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [map, coords], [bar]
 inline void emu_tma_load(unsigned smem, const void* map, const int* coords, int rank, unsigned bar) {
   const EmuTensorMap& m = emu_map(map);
@@ -440,8 +446,9 @@ inline void emu_tma_load(unsigned smem, const void* map, const int* coords, int 
   c.smem = smem; c.bar = bar; c.store = false;
   memcpy(c.map, &m, sizeof(m));
   for (int d = 0; d < rank; ++d) c.coords[d] = coords[d];
-  g_emu->tma_loads.push_back(c);
   ++g_emu->events;
+  if (g_emu_eager_tma) emu_tma_land(c);
+  else g_emu->tma_loads.push_back(c);
 }
 inline void emu_tma_load_2d(unsigned smem, const void* map, int c0, int c1, unsigned bar) {
   const int c[2] = {c0, c1};

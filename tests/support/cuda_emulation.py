@@ -163,7 +163,8 @@ class GuardedBuffer:
 def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target: str = "h200",
         repeat: int = 1, rezero: bool = True):
     """The committed recipe for `target` (default h200), or that of the variant in `folder`, on
-    guarded, NaN-poisoned buffers (workspaces zeroed where the recipe asks; an in-place output is
+    guarded, NaN-poisoned buffers (TMA loads landing when waited for in the first repetition, at
+    issue in the second, alternating) (workspaces zeroed where the recipe asks; an in-place output is
     its input's buffer, as the judge passes it), `repeat` times on the same buffers, outputs
     poisoned again before each and zeroed workspaces zeroed again, as the judge does before every
     checked launch. `rezero=False` keeps the workspaces' state instead: a kernel that promises to
@@ -189,7 +190,10 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
         buffer(name, shape, getattr(torch, dtype), 0.0 if zero else float("nan"))
     once = launches
     launches = [launch for _ in range(repeat) for launch in launches]
+    eager = getattr(lib, "emu_set_eager_tma", None)
     for i, launch in enumerate(launches):
+        if eager is not None:   # TMA loads land lazily, then eagerly, launch after launch
+            eager(ctypes.c_int((i // len(once)) % 2))
         if i and i % len(once) == 0:   # outputs poisoned again, zeroed workspaces zeroed again
             for t in s.signature.outputs:
                 if not t.inplace_of:
