@@ -168,3 +168,16 @@ def test_cdna_fast_kernel_runs_on_the_matrix_cores(name):
     assert result.ok, result.log
     assert missing_instructions(result.disassembly, ["v_mfma_f32_32x32x8"], kernel=FAST["gemm_bf16", name]) == []
     assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources
+
+
+def test_h200_fp8_kernel_is_e4m3_wgmma_fed_by_tma(sass):
+    """gemm_fp8 on sm_90a: e4m3 wgmma (QGMMA in SASS, not the f16 HMMA an e4m3 mma.sync becomes),
+    TMA tensor loads, register reallocation, TMA stores where rows are 16-byte aligned."""
+    result = sass("gemm_fp8", "h200")
+    for kernel in ("gemm_fp8_tma_bf16", "gemm_fp8_tma_direct_bf16", "gemm_fp8_splitk_bf16"):
+        assert missing_instructions(result.disassembly, ["QGMMA.64x128x32.F32.E4M3.E4M3", "UTMALDG.2D"],
+                                    kernel=kernel) == [], kernel
+        assert missing_instructions(result.disassembly, ["HMMA"], kernel=kernel) == ["HMMA"], kernel
+    assert missing_instructions(result.disassembly, ["UTMASTG.2D", "STSM", "USETMAXREG.TRY_ALLOC"],
+                                kernel="gemm_fp8_tma_bf16") == []
+    assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources
