@@ -176,7 +176,7 @@ def test_the_h200_prompt_lists_the_arch_cells_with_unit_tests_and_proofs():
                           cells=project.technique_cells(target))
     assert "Technique grid cells for this arch" in prompt
     assert "- sm90.wgmma (wgmma (warpgroup MMA from shared-memory descriptors)): as described above " \
-           "[unit test `tx_wgmma_tile`; proof: disassembly matches /\\bHGMMA\\./]" in prompt
+           "[unit test `tx_wgmma_tile`; proof: disassembly matches /\\b[HQ]GMMA\\./]" in prompt
     # a cell the target's own taxonomy does not describe is described in full
     assert "- sm90.cp_async_pipeline (cp.async multistage pipeline): Copy global memory" in prompt
     # a first generation is not asked to name a cell; a refinement is
