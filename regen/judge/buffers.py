@@ -23,7 +23,7 @@ from .compare import OracleError
 # the timed loop, where production calls see exactly that
 FILL_KINDS = ("nan", "value", "noise", "zeros")
 TIMED_FILL_KINDS = FILL_KINDS + ("keep",)
-GPU_ALIGN, HOST_ALIGN = 256, 64   # what the target notes promise of a base pointer
+GPU_ALIGN, HOST_ALIGN = 256, 64   # what the target notes promise of a base pointer (and TMA's 16)
 MAX_SLACK = 4096                   # offsets vary over a page
 
 
