@@ -117,6 +117,7 @@ struct EmuFiber { ucontext_t ctx; dim3 tid; bool done = false; std::vector<char>
 // Hopper's asynchronous units (see "Hopper's asynchronous units" below): an mbarrier's state, a
 // TMA tile copy in flight, a wgmma in flight, a bulk (TMA) store group.
 struct EmuBarrier { unsigned expected = 0, pending = 0; long long tx = 0; unsigned phase = 0; };
+// shared addresses in a copy are cluster-absolute: (block of the cluster + 1) << 24 | address
 struct EmuTmaCopy { unsigned smem; unsigned char map[128]; int coords[5]; unsigned bar; bool store; };
 struct EmuWgmma { float* d; int n, scale_d, tnsp_a, tnsp_b, kind; uint64_t da, db; unsigned group; };
 struct EmuThreadAsync {
@@ -126,58 +127,69 @@ struct EmuThreadAsync {
   std::vector<unsigned> store_group;    // the bulk group of each
   unsigned store_groups = 0;
 };
+// One block of the running cluster (a grid without clusters runs clusters of one block).
+struct EmuBlock {
+  dim3 bidx;
+  unsigned rank = 0;                    // %cluster_ctarank
+  unsigned live = 0, arrived = 0;       // __syncthreads
+  unsigned long gen = 0;
+  std::vector<unsigned char> smem_buf;
+  unsigned char* smem = nullptr;        // the dynamic shared memory: shared address EMU_SMEM_BASE
+  std::vector<std::pair<unsigned, EmuBarrier>> barriers;   // by shared address
+  std::vector<EmuTmaCopy> tma_loads;    // issued, landing when their barrier is waited on
+  unsigned named_arrived[16] = {}; unsigned long named_gen[16] = {};
+};
 struct Emu {
-  dim3 grid, block, bidx;
-  std::vector<EmuFiber> f;
+  dim3 grid, block;
+  std::vector<EmuFiber> f;              // cluster x nt fibers: fiber i is thread i % nt of block i / nt
   ucontext_t sched;
   int cur = -1;
-  unsigned live = 0, arrived = 0;
-  unsigned long gen = 0, events = 0;
+  unsigned nt = 0, cluster = 1, smem_bytes = 0;
+  unsigned long events = 0;
+  std::vector<EmuBlock> blocks;         // the running cluster's
+  unsigned c_arrived = 0; unsigned long c_gen = 0;   // barrier.cluster
   std::vector<unsigned> wlive, warrived;
   std::vector<unsigned long> wgen;
   std::vector<uint64_t> slot;
   std::vector<unsigned> frag;  // 6 words per thread: the operand fragments of an emulated mma.sync
   void* fn; int64_t ints[32]; float flts[4];
-  std::vector<unsigned char> dynamic_smem;
-  unsigned char* smem = nullptr;        // the dynamic shared memory: shared address EMU_SMEM_BASE
-  unsigned smem_bytes = 0;
-  std::vector<std::pair<unsigned, EmuBarrier>> barriers;   // by shared address, this block's
-  std::vector<EmuTmaCopy> tma_loads;    // issued, landing when their barrier is waited on
-  std::vector<EmuThreadAsync> async;    // per thread
+  std::vector<EmuThreadAsync> async;    // per fiber
   std::vector<uint64_t> stm_addr;       // stmatrix: each lane's row address and registers
   std::vector<unsigned> stm_regs;
-  unsigned named_arrived[16] = {}; unsigned long named_gen[16] = {};
 };
 extern Emu* g_emu;
 #define threadIdx (g_emu->f[g_emu->cur].tid)
-#define blockIdx (g_emu->bidx)
+inline EmuBlock& emu_blk() { return g_emu->blocks[unsigned(g_emu->cur) / g_emu->nt]; }
+#define blockIdx (emu_blk().bidx)
 #define blockDim (g_emu->block)
 #define gridDim (g_emu->grid)
 inline void emu_yield() { swapcontext(&g_emu->f[g_emu->cur].ctx, &g_emu->sched); }
 inline unsigned emu_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+// the fiber: the index of this thread's per-thread state (its block's threads are consecutive)
+inline unsigned emu_fid() { return unsigned(g_emu->cur); }
 inline void __syncthreads() {
-  Emu* e = g_emu;
-  unsigned long g = e->gen;
-  ++e->events;
-  if (++e->arrived == e->live) { e->arrived = 0; ++e->gen; return; }
-  while (e->gen == g) emu_yield();
+  EmuBlock* b = &emu_blk();
+  unsigned long g = b->gen;
+  ++g_emu->events;
+  if (++b->arrived == b->live) { b->arrived = 0; ++b->gen; return; }
+  while (b->gen == g) emu_yield();
 }
 inline void emu_warp_barrier() {
   Emu* e = g_emu;
-  unsigned w = emu_lin() / EMU_WARP;
+  unsigned w = emu_fid() / EMU_WARP;
   unsigned long g = e->wgen[w];
   ++e->events;
   if (++e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; return; }
   while (e->wgen[w] == g) emu_yield();
 }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  if (mask != 0xffffffffu || g_emu->wlive[emu_lin() / EMU_WARP] != EMU_WARP) {
+  if (mask != 0xffffffffu || g_emu->wlive[emu_fid() / EMU_WARP] != EMU_WARP) {
     fprintf(stderr, "emu: __syncwarp without the full warp\n");
     abort();
   }
   emu_warp_barrier();
 }
-inline unsigned char* emu_dynamic_smem() { return g_emu->smem; }
+inline unsigned char* emu_dynamic_smem() { return emu_blk().smem; }
 // a fiber runs until it yields, so these read-modify-writes are atomic among the grid's threads
 template <class T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; ++g_emu->events; return old; }
 template <class T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; ++g_emu->events; return old; }
@@ -185,7 +197,7 @@ inline void __threadfence() {}
 inline void __nanosleep(unsigned) { emu_yield(); }   // a spin-wait lets the other threads run
 template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   Emu* e = g_emu;
-  unsigned me = emu_lin();
+  unsigned me = emu_fid();
   if (mask != 0xffffffffu || e->wlive[me / EMU_WARP] != EMU_WARP) {
     fprintf(stderr, "emu: shuffle without the full warp\n");
     abort();
@@ -231,7 +243,7 @@ inline float emu_half_bits(unsigned h, bool f16) {
 }
 inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, bool f16) {
   Emu* e = g_emu;
-  unsigned me = emu_lin();
+  unsigned me = emu_fid();
   if (EMU_WARP != 32 || e->wlive[me / EMU_WARP] != EMU_WARP) {   // a 32-lane warp's instruction
     fprintf(stderr, "emu: mma.sync without the full warp\n");
     abort();
@@ -283,6 +295,7 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
 #define CU_TENSOR_MAP_NUM_QWORDS 16
 struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
 #define __grid_constant__
+#define __cluster_dims__(...)
 #define EMU_SMEM_BASE 128u
 #define EMU_MAP_MAGIC 0x70614d726f736e65ull
 struct EmuTensorMap {   // what tests/support/cuda_emulation.py writes into a CUtensorMap
@@ -291,24 +304,35 @@ struct EmuTensorMap {   // what tests/support/cuda_emulation.py writes into a CU
 };
 static_assert(sizeof(EmuTensorMap) <= 128, "the emulated map fits a CUtensorMap");
 [[noreturn]] inline void emu_fail(const char* what) {
-  fprintf(stderr, "emu: %s (block %u, thread %u)\n", what, g_emu->bidx.x, emu_lin());
+  fprintf(stderr, "emu: %s (block %u, thread %u)\n", what, emu_blk().bidx.x, emu_lin());
   abort();
 }
 inline unsigned __cvta_generic_to_shared(const void* p) {
   const unsigned char* q = static_cast<const unsigned char*>(p);
-  Emu* e = g_emu;
-  if (q < e->smem || q > e->smem + e->smem_bytes)
+  EmuBlock& b = emu_blk();
+  if (q < b.smem || q > b.smem + g_emu->smem_bytes)
     emu_fail("__cvta_generic_to_shared of an address outside the dynamic shared memory");
-  return EMU_SMEM_BASE + unsigned(q - e->smem);
+  return EMU_SMEM_BASE + unsigned(q - b.smem);
+}
+// A shared address of this block, or (mapa) of block r of the cluster: (r + 1) << 24 | address.
+inline unsigned emu_cluster_addr(unsigned addr) {
+  return addr >> 24 ? addr : ((unsigned(g_emu->cur) / g_emu->nt + 1) << 24) | addr;
+}
+inline EmuBlock& emu_addr_block(unsigned addr) {
+  const unsigned r = addr >> 24;
+  if (r > g_emu->cluster) emu_fail("a shared::cluster address of a block outside the cluster");
+  return r ? g_emu->blocks[r - 1] : emu_blk();
 }
 inline unsigned char* emu_smem(unsigned addr, unsigned bytes) {
   Emu* e = g_emu;
+  EmuBlock& b = emu_addr_block(addr);
+  addr &= 0xFFFFFFu;
   if (addr < EMU_SMEM_BASE || addr - EMU_SMEM_BASE + uint64_t(bytes) > e->smem_bytes) {
     fprintf(stderr, "emu: shared address %#x (+%u bytes) is outside the launch's %u bytes of "
             "dynamic shared memory\n", addr, bytes, e->smem_bytes);
     abort();
   }
-  return e->smem + (addr - EMU_SMEM_BASE);
+  return b.smem + (addr - EMU_SMEM_BASE);
 }
 inline unsigned emu_swizzle(unsigned addr, unsigned span) {
   const unsigned mask = span == 128 ? 7u : span == 64 ? 3u : span == 32 ? 1u : 0u;
@@ -316,17 +340,18 @@ inline unsigned emu_swizzle(unsigned addr, unsigned span) {
 }
 // mbarriers
 inline EmuBarrier& emu_barrier(unsigned addr, bool create = false) {
-  Emu* e = g_emu;
   if (addr % 8) emu_fail("mbarrier address not 8-byte aligned");
-  for (auto& b : e->barriers)
+  EmuBlock& blk = emu_addr_block(addr);
+  emu_smem(addr, 8);
+  addr &= 0xFFFFFFu;
+  for (auto& b : blk.barriers)
     if (b.first == addr) return b.second;
   if (!create) {
     fprintf(stderr, "emu: mbarrier at shared address %#x used before mbarrier.init\n", addr);
     abort();
   }
-  emu_smem(addr, 8);
-  e->barriers.push_back({addr, EmuBarrier{}});
-  return e->barriers.back().second;
+  blk.barriers.push_back({addr, EmuBarrier{}});
+  return blk.barriers.back().second;
 }
 inline void emu_mbar_settle(EmuBarrier& b) {
   if (b.pending == 0 && b.tx == 0) { b.phase += 1; b.pending = b.expected; }
@@ -363,11 +388,12 @@ inline void emu_tma_land(EmuTmaCopy& c);
 // try_wait.parity: true once the phase of that parity has completed (the current phase's parity
 // differs); lands the copies that complete on this barrier first, and yields when not done
 inline bool emu_mbar_try_wait(unsigned addr, unsigned parity) {
-  Emu* e = g_emu;
-  for (size_t i = 0; i < e->tma_loads.size();) {
-    if (e->tma_loads[i].bar == addr) {
-      EmuTmaCopy c = e->tma_loads[i];
-      e->tma_loads.erase(e->tma_loads.begin() + long(i));
+  std::vector<EmuTmaCopy>& loads = emu_blk().tma_loads;
+  const unsigned bar = emu_cluster_addr(addr);
+  for (size_t i = 0; i < loads.size();) {
+    if (loads[i].bar == bar) {
+      EmuTmaCopy c = loads[i];
+      loads.erase(loads.begin() + long(i));
       emu_tma_land(c);
     } else {
       ++i;
@@ -423,8 +449,9 @@ inline void emu_tma_land(EmuTmaCopy& c) {
   emu_box_walk(m, c.coords, [&](unsigned off, unsigned char* g) {
     const unsigned at = emu_swizzle(c.smem + off, m.swizzle);
     unsigned char* s = emu_smem(at, m.esize);
-    for (const auto& b : g_emu->barriers)
-      if (b.first + 8 > at && b.first < at + m.esize) emu_fail("a TMA load wrote over an mbarrier");
+    for (const auto& b : emu_addr_block(at).barriers)
+      if (b.first + 8 > (at & 0xFFFFFFu) && b.first < (at & 0xFFFFFFu) + m.esize)
+        emu_fail("a TMA load wrote over an mbarrier");
     if (g) memcpy(s, g, m.esize);
     else if (m.oob_nan && m.esize == 2) memcpy(s, nan16, 2);
     else if (m.oob_nan && m.esize == 4) memcpy(s, nan32, 4);
@@ -438,17 +465,27 @@ inline void emu_tma_land(EmuTmaCopy& c) {
 int g_emu_eager_tma = 0;
 extern "C" void emu_set_eager_tma(int eager) { g_emu_eager_tma = eager; }
 // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [map, coords], [bar]
-inline void emu_tma_load(unsigned smem, const void* map, const int* coords, int rank, unsigned bar) {
+// with a cta mask (.multicast::cluster): the box lands at the same offset in each block of the
+// mask and completes on the barrier at the same offset there
+inline void emu_tma_load(unsigned smem, const void* map, const int* coords, int rank, unsigned bar,
+                         unsigned mask = 0) {
   const EmuTensorMap& m = emu_map(map);
+  if (smem >> 24 || bar >> 24) emu_fail("a TMA load names this block's shared addresses");
   emu_tma_check(m, smem, rank);
   emu_barrier(bar);
-  EmuTmaCopy c{};
-  c.smem = smem; c.bar = bar; c.store = false;
-  memcpy(c.map, &m, sizeof(m));
-  for (int d = 0; d < rank; ++d) c.coords[d] = coords[d];
-  ++g_emu->events;
-  if (g_emu_eager_tma) emu_tma_land(c);
-  else g_emu->tma_loads.push_back(c);
+  if (mask >> g_emu->cluster) emu_fail("a TMA multicast mask names a block outside the cluster");
+  for (unsigned r = 0; r < (mask ? g_emu->cluster : 1); ++r) {
+    if (mask && !(mask >> r & 1u)) continue;
+    const unsigned to = mask ? r + 1 : unsigned(g_emu->cur) / g_emu->nt + 1;
+    EmuTmaCopy c{};
+    c.smem = (to << 24) | smem; c.bar = (to << 24) | bar; c.store = false;
+    memcpy(c.map, &m, sizeof(m));
+    for (int d = 0; d < rank; ++d) c.coords[d] = coords[d];
+    emu_barrier(c.bar);
+    ++g_emu->events;
+    if (g_emu_eager_tma) emu_tma_land(c);
+    else g_emu->blocks[to - 1].tma_loads.push_back(c);
+  }
 }
 inline void emu_tma_load_2d(unsigned smem, const void* map, int c0, int c1, unsigned bar) {
   const int c[2] = {c0, c1};
@@ -458,15 +495,35 @@ inline void emu_tma_load_3d(unsigned smem, const void* map, int c0, int c1, int 
   const int c[3] = {c0, c1, c2};
   emu_tma_load(smem, map, c, 3, bar);
 }
+inline void emu_tma_load_2d_multicast(unsigned smem, const void* map, int c0, int c1, unsigned bar,
+                                      unsigned mask) {
+  const int c[2] = {c0, c1};
+  emu_tma_load(smem, map, c, 2, bar, mask);
+}
+// clusters: %cluster_ctarank, mapa, barrier.cluster (every live thread of the cluster's blocks)
+inline unsigned emu_cluster_rank() { return emu_blk().rank; }
+inline unsigned emu_mapa(unsigned addr, unsigned rank) {
+  if (rank >= g_emu->cluster) emu_fail("mapa to a rank outside the cluster");
+  return ((rank + 1) << 24) | (addr & 0xFFFFFFu);
+}
+inline void emu_cluster_sync() {
+  Emu* e = g_emu;
+  unsigned live = 0;
+  for (const auto& b : e->blocks) live += b.live;
+  const unsigned long g = e->c_gen;
+  ++e->events;
+  if (++e->c_arrived == live) { e->c_arrived = 0; ++e->c_gen; return; }
+  while (e->c_gen == g) emu_yield();
+}
 // cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map, coords], [smem]
 inline void emu_tma_store(const void* map, const int* coords, int rank, unsigned smem) {
   const EmuTensorMap& m = emu_map(map);
   emu_tma_check(m, smem, rank);
   EmuTmaCopy c{};
-  c.smem = smem; c.bar = 0; c.store = true;
+  c.smem = emu_cluster_addr(smem); c.bar = 0; c.store = true;
   memcpy(c.map, &m, sizeof(m));
   for (int d = 0; d < rank; ++d) c.coords[d] = coords[d];
-  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  EmuThreadAsync& a = g_emu->async[emu_fid()];
   a.stores.push_back(c);
   a.store_group.push_back(a.store_groups);
   ++g_emu->events;
@@ -475,10 +532,10 @@ inline void emu_tma_store_2d(const void* map, int c0, int c1, unsigned smem) {
   const int c[2] = {c0, c1};
   emu_tma_store(map, c, 2, smem);
 }
-inline void emu_bulk_commit() { ++g_emu->async[emu_lin()].store_groups; }
+inline void emu_bulk_commit() { ++g_emu->async[emu_fid()].store_groups; }
 // cp.async.bulk.wait_group(.read) n: the stores of all but the newest n groups are done
 inline void emu_bulk_wait(unsigned n) {
-  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  EmuThreadAsync& a = g_emu->async[emu_fid()];
   std::vector<EmuTmaCopy> keep;
   std::vector<unsigned> keep_group;
   for (size_t i = 0; i < a.stores.size(); ++i) {
@@ -555,13 +612,13 @@ inline void emu_wgmma(float* d, int n, uint64_t da, uint64_t db, int scale_d, in
                       int kind) {
   if (n < 8 || n > 256 || n % 8) emu_fail("wgmma N must be a multiple of 8 in 8..256");
   if (kind >= 2 && (tnsp_a || tnsp_b)) emu_fail("8-bit wgmma operands must be K-major");
-  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  EmuThreadAsync& a = g_emu->async[emu_fid()];
   a.wgmma.push_back(EmuWgmma{d, n, scale_d, tnsp_a, tnsp_b, kind, da, db, a.wgmma_groups});
 }
-inline void emu_wgmma_commit() { ++g_emu->async[emu_lin()].wgmma_groups; }
+inline void emu_wgmma_commit() { ++g_emu->async[emu_fid()].wgmma_groups; }
 // wgmma.wait_group n: every group but the newest n retired (their accumulators written)
 inline void emu_wgmma_wait(unsigned n) {
-  EmuThreadAsync& a = g_emu->async[emu_lin()];
+  EmuThreadAsync& a = g_emu->async[emu_fid()];
   size_t done = 0;
   for (; done < a.wgmma.size() && a.wgmma[done].group + n < a.wgmma_groups; ++done)
     emu_wgmma_run(a.wgmma[done]);
@@ -572,17 +629,18 @@ inline void emu_named_arrive(unsigned id, unsigned count, bool wait) {
   Emu* e = g_emu;
   if (id >= 16 || count % 32 || count == 0 || count > e->block.x * e->block.y * e->block.z)
     emu_fail("named barrier id or thread count out of range");
-  const unsigned long g = e->named_gen[id];
+  EmuBlock& b = emu_blk();
+  const unsigned long g = b.named_gen[id];
   ++e->events;
-  if (++e->named_arrived[id] == count) { e->named_arrived[id] = 0; ++e->named_gen[id]; return; }
+  if (++b.named_arrived[id] == count) { b.named_arrived[id] = 0; ++b.named_gen[id]; return; }
   if (wait)
-    while (e->named_gen[id] == g) emu_yield();
+    while (b.named_gen[id] == g) emu_yield();
 }
 // stmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16 [addr], {r...}: matrix i's row r is lane
 // 8i + r's address; lane l's register i holds its elements (l / 4, 2 (l % 4) .. + 1)
 inline void emu_stmatrix(unsigned addr, const unsigned* regs, int count) {
   Emu* e = g_emu;
-  const unsigned me = emu_lin();
+  const unsigned me = emu_fid();
   if (EMU_WARP != 32 || e->wlive[me / 32] != 32) emu_fail("stmatrix without the full warp");
   e->stm_addr[me] = addr;
   for (int i = 0; i < 4; ++i) e->stm_regs[me * 4 + i] = i < count ? regs[i] : 0;
@@ -612,59 +670,81 @@ static void emu_entry() {
       i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14],
       i[15], i[16], i[17], i[18], i[19], i[20], i[21], i[22], i[23], i[24], i[25], i[26], i[27],
       i[28], i[29], i[30], i[31], e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
-  EmuThreadAsync& a = e->async[emu_lin()];
+  EmuThreadAsync& a = e->async[emu_fid()];
   if (!a.wgmma.empty()) emu_fail("the thread exits with wgmma still in flight (no wait_group)");
   if (!a.stores.empty()) { a.store_groups += 1; emu_bulk_wait(0); }   // stores complete anyway
   e->f[e->cur].done = true;
   ++e->events;
-  unsigned w = emu_lin() / EMU_WARP;
-  --e->live;
-  if (e->live && e->arrived == e->live) { e->arrived = 0; ++e->gen; }
+  unsigned w = emu_fid() / EMU_WARP;
+  EmuBlock& b = emu_blk();
+  --b.live;
+  if (b.live && b.arrived == b.live) { b.arrived = 0; ++b.gen; }
+  unsigned cluster_live = 0;
+  for (const auto& other : e->blocks) cluster_live += other.live;
+  if (cluster_live && e->c_arrived == cluster_live) { e->c_arrived = 0; ++e->c_gen; }
   --e->wlive[w];
   if (e->wlive[w] && e->warrived[w] == e->wlive[w]) { e->warrived[w] = 0; ++e->wgen[w]; }
 }
+// the cluster size of the next launch (cuda_emulation.py reads a kernel's __cluster_dims__)
+unsigned g_emu_cluster = 1;
+extern "C" void emu_set_cluster(unsigned n) { g_emu_cluster = n ? n : 1; }
 extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shared_bytes, int nint, const int64_t* ints,
                           int nflt, const float* flts) {
   Emu e;
   g_emu = &e;
   e.fn = fn;
-  // poisoned (again for every block): a kernel must write before it reads. The buffer starts
-  // EMU_SMEM_BASE bytes past a 1024-byte boundary, as its shared addresses do.
-  e.dynamic_smem.assign(shared_bytes + 16 + 2048, 0xff);
-  {
-    const uintptr_t raw = reinterpret_cast<uintptr_t>(e.dynamic_smem.data());
-    e.smem = e.dynamic_smem.data() + ((1024 - raw % 1024) % 1024) + EMU_SMEM_BASE;
-    e.smem_bytes = shared_bytes;
-  }
+  e.cluster = g_emu_cluster;
+  g_emu_cluster = 1;
   for (int i = 0; i < 32; ++i) e.ints[i] = i < nint ? ints[i] : 0;
   for (int i = 0; i < 4; ++i) e.flts[i] = i < nflt ? flts[i] : 0.0f;
   e.grid = dim3{gx, gy, gz};
   e.block = dim3{bx, by, bz};
-  const unsigned nt = bx * by * bz, nw = (nt + EMU_WARP - 1) / EMU_WARP;
-  e.f.resize(nt);
+  const unsigned nt = bx * by * bz, nw = (nt + EMU_WARP - 1) / EMU_WARP, cl = e.cluster;
+  if (cl > 1 && (gx % cl || nt % EMU_WARP)) {
+    fprintf(stderr, "emu: a cluster of %u needs gridDim.x a multiple of it and whole warps\n", cl);
+    abort();
+  }
+  e.nt = nt;
+  e.smem_bytes = shared_bytes;
+  e.blocks.resize(cl);
+  // each block's dynamic shared memory starts EMU_SMEM_BASE bytes past a 1024-byte boundary, as
+  // its shared addresses do, and is poisoned again for every block: a kernel writes before it reads
+  for (auto& b : e.blocks) {
+    b.smem_buf.assign(shared_bytes + 16 + 2048, 0xff);
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(b.smem_buf.data());
+    b.smem = b.smem_buf.data() + ((1024 - raw % 1024) % 1024) + EMU_SMEM_BASE;
+  }
+  const unsigned nf = nt * cl;
+  e.f.resize(nf);
   for (auto& fb : e.f) fb.stack.resize(64 * 1024);
-  e.slot.assign(nt, 0);
-  e.frag.assign(size_t(nt) * 6, 0);
-  e.stm_addr.assign(nt, 0);
-  e.stm_regs.assign(size_t(nt) * 4, 0);
+  e.slot.assign(nf, 0);
+  e.frag.assign(size_t(nf) * 6, 0);
+  e.stm_addr.assign(nf, 0);
+  e.stm_regs.assign(size_t(nf) * 4, 0);
   for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
-      for (unsigned x = 0; x < gx; ++x) {
-        e.bidx = dim3{x, y, z};
-        e.live = nt;
-        e.arrived = 0;
-        e.wlive.assign(nw, 0);
-        e.warrived.assign(nw, 0);
-        e.wgen.assign(nw, 0);
-        for (unsigned t = 0; t < nt; ++t) ++e.wlive[t / EMU_WARP];
-        memset(e.smem, 0xff, shared_bytes + 16);
-        e.barriers.clear();
-        e.tma_loads.clear();
-        e.async.assign(nt, EmuThreadAsync{});
-        for (int i = 0; i < 16; ++i) { e.named_arrived[i] = 0; e.named_gen[i] = 0; }
-        for (unsigned t = 0; t < nt; ++t) {
-          EmuFiber& fb = e.f[t];
+      for (unsigned x0 = 0; x0 < gx; x0 += cl) {
+        e.wlive.assign(nw * cl, 0);
+        e.warrived.assign(nw * cl, 0);
+        e.wgen.assign(nw * cl, 0);
+        e.c_arrived = 0;
+        e.async.assign(nf, EmuThreadAsync{});
+        for (unsigned r = 0; r < cl; ++r) {
+          EmuBlock& b = e.blocks[r];
+          b.bidx = dim3{x0 + r, y, z};
+          b.rank = r;
+          b.live = nt;
+          b.arrived = 0;
+          memset(b.smem, 0xff, shared_bytes + 16);
+          b.barriers.clear();
+          b.tma_loads.clear();
+          for (int i = 0; i < 16; ++i) { b.named_arrived[i] = 0; b.named_gen[i] = 0; }
+        }
+        for (unsigned i = 0; i < nf; ++i) {
+          const unsigned t = i % nt;
+          ++e.wlive[(i / nt) * nw + t / EMU_WARP];
+          EmuFiber& fb = e.f[i];
           fb.done = false;
           fb.tid = dim3{t % bx, (t / bx) % by, t / (bx * by)};
           getcontext(&fb.ctx);
@@ -673,17 +753,17 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
           fb.ctx.uc_link = &e.sched;
           makecontext(&fb.ctx, emu_entry, 0);
         }
-        unsigned remaining = nt;
+        unsigned remaining = nf;
         while (remaining) {
           const unsigned long before = e.events;
-          for (unsigned t = 0; t < nt; ++t) {
-            if (e.f[t].done) continue;
-            e.cur = int(t);
-            swapcontext(&e.sched, &e.f[t].ctx);
-            if (e.f[t].done) --remaining;
+          for (unsigned i = 0; i < nf; ++i) {
+            if (e.f[i].done) continue;
+            e.cur = int(i);
+            swapcontext(&e.sched, &e.f[i].ctx);
+            if (e.f[i].done) --remaining;
           }
           if (remaining && e.events == before) {
-            fprintf(stderr, "emu: deadlock in block %u: threads wait at different barriers\n", x);
+            fprintf(stderr, "emu: deadlock in block %u: threads wait at different barriers\n", x0);
             abort();
           }
         }

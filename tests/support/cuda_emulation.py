@@ -83,7 +83,14 @@ def unit(source: str, name: str = "kernel.cu") -> str:
     compiler errors."""
     body = "\n".join(_host_line(line) for line in source.splitlines())
     body = _GRID_CONSTANT_MAP.sub(lambda m: f"const CUtensorMap& {m.group(1) or m.group(2)}", body)
-    return f'#include "{HEADER.name}"\n#line 1 "{name}"\n{body}\n'
+    # a kernel declared __cluster_dims__(n, 1, 1) runs its blocks n at a time, concurrently
+    clusters = "".join(f'extern "C" unsigned emu_cluster_dims_{kernel}() {{ return {n}; }}\n'
+                       for n, kernel in _CLUSTER_DIMS.findall(source))
+    return f'#include "{HEADER.name}"\n#line 1 "{name}"\n{body}\n{clusters}'
+
+
+_CLUSTER_DIMS = re.compile(r"__cluster_dims__\(\s*(\d+)\s*,\s*1\s*,\s*1\s*\)[^;{(]*?(?:__launch_bounds__\([^)]*\)\s*)?"
+                           r"(?:\w+\s+)*?(\w+)\s*\(")
 
 
 EMU_MAP_MAGIC = 0x70614D726F736E65
@@ -214,6 +221,10 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
         flts = [float(a.value) for a in launch.args if a.kind == "float32"]
         assert len(ints) <= 32 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
         fn = ctypes.cast(getattr(lib, launch.kernel), ctypes.c_void_p).value
+        cluster = getattr(lib, f"emu_cluster_dims_{launch.kernel}", None)
+        if cluster is not None:
+            cluster.restype = ctypes.c_uint
+            lib.emu_set_cluster(ctypes.c_uint(cluster()))
         lib.emu_launch(ctypes.c_void_p(fn), *[ctypes.c_uint(v) for v in (*launch.grid, *launch.block)],
                        ctypes.c_uint(launch.shared_mem), len(ints), (ctypes.c_int64 * 32)(*ints),
                        len(flts), (ctypes.c_float * 4)(*flts))
