@@ -227,11 +227,15 @@ def test_emulation_reports_a_persistent_kernel_waiting_on_work_that_never_comes(
 
 
 # -- Hopper's asynchronous units: the models must catch the mistakes they exist for ---------------
-def _variant(folder, kernel, source_edit=None, recipe_edit=None):
-    """`folder`, holding the committed h200 source and recipe of `kernel` with planted edits."""
+def _variant(folder, kernel, source_edit=None, recipe_edit=None, base=None):
+    """`folder`, holding the committed h200 source and recipe of `kernel` (or those of the variant
+    folder `base`) with planted edits."""
     from regen.store import Store
-    entry = Store(ROOT / "cache").current(kernel, "h200")
-    source, recipe = entry.source(), entry.recipe()
+    if base is None:
+        entry = Store(ROOT / "cache").current(kernel, "h200")
+        source, recipe = entry.source(), entry.recipe()
+    else:
+        source, recipe = (base / "kernel.cu").read_text(), (base / "launch.yaml").read_text()
     for old, new in (source_edit or {}).items():
         assert old in source, f"the committed {kernel} source no longer has {old!r}"
         source = source.replace(old, new)
@@ -312,3 +316,19 @@ def test_emulation_reports_a_tma_box_whose_bytes_never_arrive(tmp_path, monkeypa
                           cwd=ROOT / "tests", env=env, timeout=300)
     assert proc.returncode == -signal.SIGABRT and "emu: deadlock" in proc.stderr, \
         f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"
+
+
+def test_emulated_clusters_catch_a_stage_refilled_before_the_peer_block_is_done(tmp_path):
+    """variants/gemm_bf16/cluster2 multicasts B into both blocks of a cluster, so a stage may be
+    refilled only when both blocks' consumers released it. Planted: each warp arrives twice on its
+    own block's empty barrier instead of once there and once on the peer's; the count is met, the
+    eager repetition lets one block run ahead, and its multicast overwrites the peer's stage."""
+    cuda_emulation.skip_unless_available()
+    base = ROOT / "variants" / "gemm_bf16" / "cluster2"
+    label = "M384xN256xK1024:,alpha=-1.5"
+    _run_variant(_variant(tmp_path / "honest", "gemm_bf16", base=base), "gemm_bf16",
+                 _case_index("gemm_bf16", label))
+    bad = _variant(tmp_path / "bad", "gemm_bf16", base=base, source_edit={
+        "        mbar_arrive_cluster(mapa(empty + 8 * slot, peer));": "        mbar_arrive(empty + 8 * slot);"})
+    with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
+        _run_variant(bad, "gemm_bf16", _case_index("gemm_bf16", label))

@@ -756,11 +756,20 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
         unsigned remaining = nf;
         while (remaining) {
           const unsigned long before = e.events;
-          for (unsigned i = 0; i < nf; ++i) {
-            if (e.f[i].done) continue;
-            e.cur = int(i);
-            swapcontext(&e.sched, &e.f[i].ctx);
-            if (e.f[i].done) --remaining;
+          // in the eager mode a cluster's blocks run one at a time for as long as each makes
+          // progress, so one runs ahead of the other: a stage refilled before the peer is done
+          // with it is overwritten under the peer
+          for (unsigned r = 0; r < cl; ++r) {
+            unsigned long round;
+            do {
+              round = e.events;
+              for (unsigned i = r * nt; i < (r + 1) * nt; ++i) {
+                if (e.f[i].done) continue;
+                e.cur = int(i);
+                swapcontext(&e.sched, &e.f[i].ctx);
+                if (e.f[i].done) --remaining;
+              }
+            } while (cl > 1 && g_emu_eager_tma && e.events != round);
           }
           if (remaining && e.events == before) {
             fprintf(stderr, "emu: deadlock in block %u: threads wait at different barriers\n", x0);
