@@ -1,9 +1,10 @@
-"""The committed cdna (mi350/mi300x) HIP sources of the decode components, compiled with clang++
-against the emulation of the execution model with 64-lane wavefronts
+"""The committed cdna (mi350/mi300x) HIP sources of the decode components and the bf16 GEMMs,
+compiled with clang++ against the emulation of the execution model with 64-lane wavefronts
 (tests/support/cuda_emulation.h with EMU_HIP: threads as fibers, real barriers and wavefront
-shuffles, buffers ending at a PROT_NONE page) and run on the CPU against the oracle through the
-mi350 launch recipe. No AMD GPU is within reach: this is the only place these kernels run before
-one is. Kernels that use DPP or readlane builtins (the row kernels) are not modelled."""
+shuffles, MFMA with the CDNA3 register layouts, buffers ending at a PROT_NONE page) and run on the
+CPU against the oracle through the mi350 launch recipe. No AMD GPU is within reach: this is the
+only place these kernels run before one is. Kernels that use DPP or readlane builtins (the row
+kernels) are not modelled."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import ctypes
 import pytest
 
 from support import cuda_emulation
-from support.library import assert_matches, committed, edge_cases, oracle, oracle_case, spec
+from support.library import assert_matches, committed, edge_cases, excess, oracle, oracle_case, spec
 
-HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attention"]
+HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attention", "gemm_bf16", "gemm_bf16_nn"]
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +79,33 @@ def test_committed_hip_matches_oracle_under_wave64_emulation(emulated_hip, kerne
     assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
     if hasattr(o, "check"):
         assert o.check(pristine, outputs, view) == []
+
+
+# wrong guesses of the MFMA layouts in gemm_bf16@mi350's 32x32x8 kernel, each planted in turn
+PLANTED = {
+    "operand k split by lane parity": ("ks + (lane / 32) * 4]", "ks + (lane % 2) * 4]"),
+    "accumulator rows contiguous per half-wave": ("(e / 4) * 8 + (lane / 32) * 4 + e % 4",
+                                                  "(lane / 32) * 16 + e"),
+}
+
+
+@pytest.mark.parametrize("mistake", PLANTED)
+def test_a_planted_mfma_layout_mistake_in_the_gemm_fails_its_oracle(tmp_path, mistake):
+    """The emulation's MFMA layouts are a real check on the committed kernel: the same source with
+    one layout assumption changed builds, runs its matrix-core path and no longer matches."""
+    cuda_emulation.skip_unless_hip_available()
+    from regen.spec import Case
+    source, _ = committed("gemm_bf16", "mi350")
+    old, new = PLANTED[mistake]
+    assert old in source, f"the committed gemm_bf16@mi350 no longer has {old!r}"
+    s, o = spec("gemm_bf16"), oracle("gemm_bf16")
+    case = Case.model_validate({"M": 128, "N": 256, "K": 64})
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    ref = o.reference({k: v.clone() for k, v in inputs.items()}, view)
+    for text, should_match in ((source, True), (source.replace(old, new), False)):
+        lib = ctypes.CDLL(str(cuda_emulation.build_hip(text, tmp_path / str(should_match))))
+        outputs, _, ran = cuda_emulation.run(lib, "gemm_bf16", case, inputs, target="mi350")
+        assert ran == ["gemm_bf16_tn_mfma_bf16"]
+        err = excess(outputs["c"], ref["c"], s.case_tolerance(case))
+        assert (err <= 1) == should_match, f"{mistake}: worst error {err:.3g}x the tolerance"
