@@ -15,7 +15,8 @@ import pytest
 from support import cuda_emulation
 from support.library import assert_matches, committed, edge_cases, excess, oracle, oracle_case, spec
 
-HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attention", "gemm_bf16", "gemm_bf16_nn"]
+HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attention",
+                "gemm_bf16", "gemm_bf16_nn", "attention"]  # the last three on the MFMA model
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,16 @@ def _hidden_like(kernel):
         "gemv": [{"B": 9, "N": 70, "K": 136}, {"B": 4, "N": 3, "K": 4104}],
         "residual_add": [{"M": 5, "N": 4103}],
         "kv_append": [{"B": 3, "H": 2, "L": 7, "D": 24, "params": {"pos": 6}}],
+        # every kernel of the recipe: padded heads (D 8-120), D past 128 (the rows fallback, two
+        # grid-z slices past 512), several query tiles under the causal mask, large G
+        "attention": [{"B": 1, "Hkv": 1, "G": 3, "S": 129, "D": 96},
+                      {"B": 2, "Hkv": 1, "G": 1, "S": 33, "D": 40, "params": {"causal": False}},
+                      {"B": 1, "Hkv": 1, "G": 1, "S": 65, "D": 120},
+                      {"B": 1, "Hkv": 1, "G": 12, "S": 40, "D": 8},
+                      {"B": 1, "Hkv": 1, "G": 1, "S": 384, "D": 128},
+                      {"B": 1, "Hkv": 2, "G": 2, "S": 200, "D": 192},
+                      {"B": 1, "Hkv": 1, "G": 1, "S": 70, "D": 320, "params": {"causal": False}},
+                      {"B": 1, "Hkv": 1, "G": 1, "S": 20, "D": 600}],
     }.get(kernel, [])
     base = s.correctness_cases()[-1]
     return [base.model_validate({**base.model_dump(mode="json"), "params": {}, **sizes, "name": None})
@@ -81,31 +92,40 @@ def test_committed_hip_matches_oracle_under_wave64_emulation(emulated_hip, kerne
         assert o.check(pristine, outputs, view) == []
 
 
-# wrong guesses of the MFMA layouts in gemm_bf16@mi350's 32x32x8 kernel, each planted in turn
+# wrong guesses of MFMA layouts in the committed mi350 kernels, each planted in turn:
+# mistake -> (kernel, text, replacement, a case on the matrix-core path, the kernel it launches)
 PLANTED = {
-    "operand k split by lane parity": ("ks + (lane / 32) * 4]", "ks + (lane % 2) * 4]"),
-    "accumulator rows contiguous per half-wave": ("(e / 4) * 8 + (lane / 32) * 4 + e % 4",
-                                                  "(lane / 32) * 16 + e"),
+    "gemm: operand k split by lane parity": (
+        "gemm_bf16", "ks + (lane / 32) * 4]", "ks + (lane % 2) * 4]",
+        {"M": 128, "N": 256, "K": 64}, "gemm_bf16_tn_mfma_bf16"),
+    "gemm: accumulator rows contiguous per half-wave": (
+        "gemm_bf16", "(e / 4) * 8 + (lane / 32) * 4 + e % 4", "(lane / 32) * 16 + e",
+        {"M": 128, "N": 256, "K": 64}, "gemm_bf16_tn_mfma_bf16"),
+    "attention: S^T rows taken as keys in order": (
+        "attention", "return 16 * (i >> 4) + 8 * ((i >> 2) & 1) + 4 * ((i >> 3) & 1) + (i & 3);",
+        "return i;", {"B": 1, "Hkv": 1, "G": 1, "S": 64, "D": 64, "params": {"causal": False}},
+        "attention_mfma_d64_bf16"),
 }
 
 
 @pytest.mark.parametrize("mistake", PLANTED)
-def test_a_planted_mfma_layout_mistake_in_the_gemm_fails_its_oracle(tmp_path, mistake):
-    """The emulation's MFMA layouts are a real check on the committed kernel: the same source with
-    one layout assumption changed builds, runs its matrix-core path and no longer matches."""
+def test_a_planted_mfma_layout_mistake_fails_the_oracle(tmp_path, mistake):
+    """The emulation's MFMA layouts are a real check on the committed kernels: the same source with
+    one layout assumption changed builds, runs its matrix-core path and no longer matches, where
+    the committed source does."""
     cuda_emulation.skip_unless_hip_available()
     from regen.spec import Case
-    source, _ = committed("gemm_bf16", "mi350")
-    old, new = PLANTED[mistake]
-    assert old in source, f"the committed gemm_bf16@mi350 no longer has {old!r}"
-    s, o = spec("gemm_bf16"), oracle("gemm_bf16")
-    case = Case.model_validate({"M": 128, "N": 256, "K": 64})
+    kernel, old, new, sizes, fast = PLANTED[mistake]
+    source, _ = committed(kernel, "mi350")
+    assert old in source, f"the committed {kernel}@mi350 no longer has {old!r}"
+    s, o = spec(kernel), oracle(kernel)
+    case = Case.model_validate(sizes)
     view = oracle_case(s, case)
     inputs = o.make_inputs(view, 0)
     ref = o.reference({k: v.clone() for k, v in inputs.items()}, view)
     for text, should_match in ((source, True), (source.replace(old, new), False)):
         lib = ctypes.CDLL(str(cuda_emulation.build_hip(text, tmp_path / str(should_match))))
-        outputs, _, ran = cuda_emulation.run(lib, "gemm_bf16", case, inputs, target="mi350")
-        assert ran == ["gemm_bf16_tn_mfma_bf16"]
-        err = excess(outputs["c"], ref["c"], s.case_tolerance(case))
+        outputs, _, ran = cuda_emulation.run(lib, kernel, case, inputs, target="mi350")
+        assert ran == [fast]
+        err = max(excess(outputs[n], ref[n], s.case_tolerance(case)) for n in outputs)
         assert (err <= 1) == should_match, f"{mistake}: worst error {err:.3g}x the tolerance"
