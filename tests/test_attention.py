@@ -3,7 +3,8 @@ causal compute floor, and the committed h200 source under the CUDA emulation on 
 tile boundaries (the wgmma, cp.async and mbarrier primitives run their host-pass meaning there),
 including proof that the emulated wgmma really reads through the 128-byte swizzle; the committed
 cdna (mi350/mi300x) source under the HIP emulation's MFMA model at its own tile boundaries, its
-head-size dispatch, and its machine code for gfx942 and gfx950."""
+head-size dispatch, and its machine code for gfx942 and gfx950; the b200 (mma.sync) source under the
+CUDA emulation's ldmatrix and mma.sync models, and its SASS."""
 
 from __future__ import annotations
 
@@ -232,3 +233,64 @@ def test_cdna_flash_kernels_run_on_the_matrix_cores_without_spills(name):
     for kernel, res in result.resources.items():
         assert res["scratch_bytes"] == 0 and res["vgpr_spills"] == 0, (kernel, res)
         assert res["shared_bytes"] <= target(name).limits["lds_per_workgroup"]
+
+
+# -- b200: mma.sync.m16n8k16 flash kernels (not tcgen05) and the warp-per-row fallback -----------
+
+# Tile boundaries of the b200 recipe: 64-key tiles in a two-stage ring (one, two, reused from the
+# third), 64-row query tiles of 4 warps (a warp wholly past S; causal warps stopping at their own
+# diagonal), GQA, the fallback.
+B200_SHAPES = [
+    {"B": 1, "Hkv": 1, "G": 1, "S": 64, "D": 64},
+    {"B": 1, "Hkv": 1, "G": 2, "S": 65, "D": 128, "params": {"causal": False}},
+    {"B": 2, "Hkv": 1, "G": 1, "S": 100, "D": 64, "params": {"scale": 0.3}},
+    {"B": 1, "Hkv": 2, "G": 2, "S": 193, "D": 128},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 17, "D": 96, "params": {"causal": False}},
+]
+
+
+@pytest.fixture(scope="module")
+def emulated_b200(tmp_path_factory):
+    cuda_emulation.skip_unless_available()
+    source, _ = committed("attention", "b200")
+    return ctypes.CDLL(str(cuda_emulation.build(source, tmp_path_factory.mktemp("attention-b200"),
+                                                cuda_arch=1000)))
+
+
+@pytest.mark.parametrize("fields", B200_SHAPES, ids=lambda f: "S{S}-D{D}-G{G}".format(**f))
+def test_b200_source_matches_oracle_at_tile_boundaries_under_emulation(emulated_b200, fields):
+    """The host pass runs the device's tiling, swizzle, masks and softmax, with ldmatrix and
+    mma.sync through the emulation's fragment models (tests/test_cuda_fragment_emulation.py)."""
+    case = _case(**fields)
+    view, x = _inputs(case, seed=5)
+    pristine = {n: t.clone() for n, t in x.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated_b200, "attention", case, x, target="b200",
+                                               repeat=2)
+    assert not changed
+    want = {64: "attention_mma_d64_bf16", 128: "attention_mma_d128_bf16"}.get(fields["D"],
+                                                                            "attention_rows_bf16")
+    assert ran == [want] * 2
+    assert_matches(outputs, oracle("attention").reference(pristine, view),
+                   spec("attention").case_tolerance(case), f"{ran}: ")
+
+
+def test_b200_flash_kernels_are_mma_sync_not_tcgen05():
+    """What the b200 artifact is, stated by its machine code: HMMA fed by ldmatrix (LDSM, .trans
+    for V) from cp.async tiles (LDGSTS), no UTC*MMA (tcgen05), no spills."""
+    from regen.sass import missing_instructions
+    from regen.toolchains.nvrtc import Toolchain
+    from support.library import target
+    toolchain = Toolchain(disassemble=True)
+    if toolchain.problem():
+        pytest.skip(toolchain.problem())
+    source, _ = committed("attention", "b200")
+    result = toolchain.compile(source, target("b200"))
+    assert result.ok, result.log
+    if result.disassembly is None:
+        pytest.skip("no SASS here: cuobjdump / nvdisasm missing")
+    for kernel in ("attention_mma_d64_bf16", "attention_mma_d128_bf16"):
+        assert missing_instructions(result.disassembly, ["HMMA.16816.F32.BF16", "LDSM.16.M88.4",
+                                                         "LDSM.16.MT88.4", "LDGSTS"], kernel=kernel) == []
+        assert missing_instructions(result.disassembly, ["UTCHMMA", "UTCQMMA"], kernel=kernel) == \
+            ["UTCHMMA", "UTCQMMA"]
+    assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources

@@ -241,6 +241,41 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
   }
   emu_warp_barrier();
 }
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16 over one warp, as the PTX ISA
+// describes it: lane 8 m + r gives the (16-byte aligned) address of row r of 8 x 8 matrix m;
+// register m of lane l receives 32-bit word l % 4 of row l / 4 of matrix m (elements 2 (l % 4)
+// and 2 (l % 4) + 1 of that row), or with .trans the elements at (row 2 (l % 4), column l / 4)
+// and (row 2 (l % 4) + 1, column l / 4), the lower row in the lower half-word. A kernel reaches
+// this model from the `#else` branch of its `#ifdef __CUDA_ARCH__` inline PTX.
+inline void emu_ldmatrix(unsigned* r, int count, bool trans, const void* row) {
+  Emu* e = g_emu;
+  const unsigned me = emu_lin();
+  if (EMU_WARP != 32 || e->wlive[me / EMU_WARP] != EMU_WARP) {
+    fprintf(stderr, "emu: ldmatrix without the full warp\n");
+    abort();
+  }
+  if (reinterpret_cast<uintptr_t>(row) & 15) {
+    fprintf(stderr, "emu: ldmatrix row address %p is not 16-byte aligned\n", row);
+    abort();
+  }
+  e->slot[me] = reinterpret_cast<uintptr_t>(row);
+  emu_warp_barrier();
+  const unsigned base = me & ~31u, lane = me & 31u;
+  for (int m = 0; m < count; ++m) {
+    const auto at = [&](unsigned rr) {
+      return reinterpret_cast<const unsigned char*>(e->slot[base + 8 * m + rr]);
+    };
+    if (!trans) {
+      memcpy(&r[m], at(lane / 4) + 4 * (lane % 4), 4);
+    } else {
+      uint16_t lo, hi;
+      memcpy(&lo, at(2 * (lane % 4)) + 2 * (lane / 4), 2);
+      memcpy(&hi, at(2 * (lane % 4) + 1) + 2 * (lane / 4), 2);
+      r[m] = unsigned(lo) | (unsigned(hi) << 16);
+    }
+  }
+  emu_warp_barrier();
+}
 #ifdef EMU_HIP
 // CDNA3/CDNA4 MFMA (v_mfma_f32_{32x32x8,16x16x16}{bf16_1k,f16}), D = A B + C over one 64-lane
 // wavefront, with the operand and accumulator layouts of AMD's matrix instruction calculator
