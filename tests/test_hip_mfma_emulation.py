@@ -24,52 +24,71 @@ MFMA = {
     "mfma_f32_16x16x16bf16_1k": (16, 16, 4, "bfloat16", "v_mfma_f32_16x16x16_bf16"),
     "mfma_f32_32x32x8f16": (32, 8, 4, "float16", "v_mfma_f32_32x32x8_f16"),
     "mfma_f32_16x16x16f16": (16, 16, 4, "float16", "v_mfma_f32_16x16x16_f16"),
+    "mfma_f32_32x32x16_fp8_fp8": (32, 16, 8, "e4m3", "v_mfma_f32_32x32x16_fp8_fp8"),
+    "mfma_f32_16x16x32_fp8_fp8": (16, 32, 8, "e4m3", "v_mfma_f32_16x16x32_fp8_fp8"),
 }
+ARCHS = {"gfx942": "mi300x", "gfx950": "mi350"}
+# e4m3 as each arch's matrix cores read it: FNUZ on gfx942 (CDNA3), OCP e4m3fn on gfx950 (CDNA4)
+E4M3 = {"gfx942": "float8_e4m3fnuz", "gfx950": "float8_e4m3fn"}
+
+
+def _element(name, k):
+    """(lane group, element) of k: 16-bit operands: GPR floor(k / 2) % 2, bits 16 (k % 2), lane
+    group floor(k / 4); 8-bit (fp8): GPR floor(k / 4) % 2, bits 8 (k % 4), lane group floor(k / 8).
+    Element = the GPR's position in the lane's vector times its elements per GPR, plus the bits'."""
+    if MFMA[name][3] == "e4m3":
+        return k // 8, 4 * ((k // 4) % 2) + k % 4
+    return k // 4, 2 * ((k // 2) % 2) + k % 2
 
 
 def a_slot(name, i, k):
-    """(lane, element) holding A[i][k]: lane M * floor(k / 4) + i, GPR floor(k / 2) % 2, bits
-    16 (k % 2) (element 2 GPR + k % 2 = k % 4 of the lane's four)."""
-    m, _, _, _, _ = MFMA[name]
-    return m * (k // 4) + i, 2 * ((k // 2) % 2) + k % 2
+    """(lane, element) holding A[i][k]: lane M * group + i."""
+    m = MFMA[name][0]
+    group, e = _element(name, k)
+    return m * group + i, e
 
 
 def b_slot(name, k, j):
-    """(lane, element) holding B[k][j]: lane M * floor(k / 4) + j, same GPR and bits as A."""
-    m, _, _, _, _ = MFMA[name]
-    return m * (k // 4) + j, 2 * ((k // 2) % 2) + k % 2
+    """(lane, element) holding B[k][j]: lane M * group + j, same GPR and bits as A."""
+    m = MFMA[name][0]
+    group, e = _element(name, k)
+    return m * group + j, e
 
 
 def d_slot(name, i, j):
     """(lane, register) holding C/D[i][j]: 32 x 32: GPR 4 floor(i / 8) + i % 4, lane
     (32 floor(i / 4)) % 64 + j; 16 x 16: GPR i % 4, lane 16 floor(i / 4) + j."""
-    m, _, _, _, _ = MFMA[name]
+    m = MFMA[name][0]
     if m == 32:
         return (32 * (i // 4)) % 64 + j, 4 * (i // 8) + i % 4
     return 16 * (i // 4) + j, i % 4
 
 
-TYPES = {"bfloat16": "short", "float16": "_Float16"}
+def _operand_bytes(name):
+    per, dtype = MFMA[name][2], MFMA[name][3]
+    return per * (1 if dtype == "e4m3" else 2)
+
+
+VECTOR = {"bfloat16": "short __attribute__((ext_vector_type(4)))",
+          "float16": "_Float16 __attribute__((ext_vector_type(4)))", "e4m3": "long"}
 
 
 def _source() -> str:
-    """One kernel per builtin: block b is one wavefront whose lane l takes its A and B elements and
-    C registers from row b * 64 + l of the operand arrays and writes D there."""
+    """One kernel per builtin: block b is one wavefront whose lane l takes its A and B operand
+    bytes and C registers from row b * 64 + l of the operand arrays and writes D there."""
     out = ["#include <hip/hip_runtime.h>"]
     for name, (m, _, per, dtype, _) in MFMA.items():
-        regs = m * m // 64
+        regs, nb = m * m // 64, _operand_bytes(name)
         out.append(f"""
-typedef {TYPES[dtype]} in_{name} __attribute__((ext_vector_type({per})));
+typedef {VECTOR[dtype]} in_{name};
 typedef float acc_{name} __attribute__((ext_vector_type({regs})));
 extern "C" __global__ void __launch_bounds__(64)
-run_{name}(const unsigned short* a, const unsigned short* b, const float* c, float* d) {{
+run_{name}(const unsigned char* a, const unsigned char* b, const float* c, float* d) {{
   const long long row = (long long)blockIdx.x * 64 + threadIdx.x;
   in_{name} va, vb;
   acc_{name} vc;
-  for (int e = 0; e < {per}; ++e) {{
-    va[e] = __builtin_bit_cast({TYPES[dtype]}, a[row * {per} + e]);
-    vb[e] = __builtin_bit_cast({TYPES[dtype]}, b[row * {per} + e]);
-  }}
+  __builtin_memcpy(&va, a + row * {nb}, {nb});
+  __builtin_memcpy(&vb, b + row * {nb}, {nb});
   for (int r = 0; r < {regs}; ++r) vc[r] = c[row * {regs} + r];
   acc_{name} vd = __builtin_amdgcn_{name}(va, vb, vc, 0, 0, 0);
   for (int r = 0; r < {regs}; ++r) d[row * {regs} + r] = vd[r];
@@ -78,9 +97,11 @@ run_{name}(const unsigned short* a, const unsigned short* b, const float* c, flo
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory):
+def libs(tmp_path_factory):
+    """arch -> the test kernels built against the emulation for that arch."""
     cuda_emulation.skip_unless_hip_available()
-    return ctypes.CDLL(str(cuda_emulation.build_hip(_source(), tmp_path_factory.mktemp("mfma"))))
+    return {arch: ctypes.CDLL(str(cuda_emulation.build_hip(_source(), tmp_path_factory.mktemp(arch),
+                                                           arch=arch))) for arch in ARCHS}
 
 
 def _launch(lib, name, a_regs, b_regs, c_regs, threads=64):
@@ -95,31 +116,37 @@ def _launch(lib, name, a_regs, b_regs, c_regs, threads=64):
     return d
 
 
-def _bits(x, dtype):
+def _codes(x, name, arch):
+    """Values -> their element codes as bytes [..., width]: bf16/f16 little-endian, e4m3 in the
+    arch's format."""
     import torch
-    return x.to(getattr(torch, dtype)).view(torch.int16).contiguous()
+    dtype = MFMA[name][3]
+    if dtype == "e4m3":
+        return x.to(getattr(torch, E4M3[arch])).view(torch.uint8).unsqueeze(-1)
+    return x.to(getattr(torch, dtype)).view(torch.uint8).reshape(*x.shape, 2)
 
 
-def _scatter(name, a, b, c):
-    """Matrices (one set per wavefront: a [W, M, K], b [W, K, M], c [W, M, M]) -> the registers
-    each lane holds, placed by the calculator's layout."""
+def _scatter(name, arch, a, b, c):
+    """Matrices (one set per wavefront: a [W, M, K], b [W, K, M], c [W, M, M]) -> the operand
+    bytes and C registers each lane holds, placed by the calculator's layout."""
     import torch
-    m, k_dim, per, dtype, _ = MFMA[name]
-    w = a.shape[0]
-    a_regs = torch.zeros(w, 64, per, dtype=torch.int16)
-    b_regs = torch.zeros(w, 64, per, dtype=torch.int16)
+    m, k_dim, per, _, _ = MFMA[name]
+    w, nb = a.shape[0], _operand_bytes(name)
+    width = nb // per
+    a_regs = torch.zeros(w, 64, nb, dtype=torch.uint8)
+    b_regs = torch.zeros(w, 64, nb, dtype=torch.uint8)
     c_regs = torch.zeros(w, 64, m * m // 64, dtype=torch.float32)
-    ab, bb = _bits(a, dtype), _bits(b, dtype)
+    ab, bb = _codes(a, name, arch), _codes(b, name, arch)
     for i in range(m):
         for k in range(k_dim):
             lane, e = a_slot(name, i, k)
-            a_regs[:, lane, e] = ab[:, i, k]
+            a_regs[:, lane, e * width:(e + 1) * width] = ab[:, i, k]
             lane, e = b_slot(name, k, i)
-            b_regs[:, lane, e] = bb[:, k, i]
+            b_regs[:, lane, e * width:(e + 1) * width] = bb[:, k, i]
         for j in range(m):
             lane, r = d_slot(name, i, j)
             c_regs[:, lane, r] = c[:, i, j]
-    return a_regs.reshape(w * 64, per), b_regs.reshape(w * 64, per), c_regs.reshape(w * 64, -1)
+    return a_regs.reshape(w * 64, nb), b_regs.reshape(w * 64, nb), c_regs.reshape(w * 64, -1)
 
 
 def _gather(name, d_regs, waves):
@@ -145,12 +172,15 @@ def test_calculator_layout_is_a_bijection_onto_the_wavefronts_registers(name):
     assert d == {(lane, r) for lane in range(64) for r in range(m * m // 64)}
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", MFMA)
-def test_emulated_mfma_equals_a_scalar_matmul_with_the_calculators_layout(lib, name):
-    """Random small integers (every product and sum exact in float32) and then random normals, in
-    8 wavefronts at once: D read back through the calculator's layout is A B + C."""
+def test_emulated_mfma_equals_a_scalar_matmul_with_the_calculators_layout(libs, name, arch):
+    """Random small integers (every product and sum exact in float32, every value exact in the
+    element format), then random normals rounded to it, in 8 wavefronts at once: D read back
+    through the calculator's layout is A B + C, with fp8 read as the arch's e4m3."""
     import torch
     m, k_dim, _, dtype, _ = MFMA[name]
+    store = getattr(torch, E4M3[arch] if dtype == "e4m3" else dtype)
     g = torch.Generator().manual_seed(7)
     waves = 8
     for kind in ("integers", "normal"):
@@ -159,10 +189,10 @@ def test_emulated_mfma_equals_a_scalar_matmul_with_the_calculators_layout(lib, n
             b = torch.randint(-8, 9, (waves, k_dim, m), generator=g).float()
             c = torch.randint(-64, 65, (waves, m, m), generator=g).float()
         else:
-            a = torch.randn(waves, m, k_dim, generator=g).to(getattr(torch, dtype)).float()
-            b = torch.randn(waves, k_dim, m, generator=g).to(getattr(torch, dtype)).float()
+            a = torch.randn(waves, m, k_dim, generator=g).to(store).float()
+            b = torch.randn(waves, k_dim, m, generator=g).to(store).float()
             c = torch.randn(waves, m, m, generator=g)
-        d = _gather(name, _launch(lib, name, *_scatter(name, a, b, c)), waves)
+        d = _gather(name, _launch(libs[arch], name, *_scatter(name, arch, a, b, c)), waves)
         want = (a.double() @ b.double() + c.double()).float()
         if kind == "integers":
             assert torch.equal(d, want), f"{name}: {(d != want).sum().item()} elements differ"
@@ -170,53 +200,81 @@ def test_emulated_mfma_equals_a_scalar_matmul_with_the_calculators_layout(lib, n
             assert torch.allclose(d, want, rtol=1e-5, atol=1e-5), (d - want).abs().max()
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", MFMA)
 @pytest.mark.parametrize("operand", ["A", "B"])
-def test_every_lane_and_element_of_an_operand_reaches_the_matrix_element_it_holds(lib, name, operand):
+def test_every_lane_and_element_of_an_operand_reaches_the_matrix_element_it_holds(libs, name, arch,
+                                                                                operand):
     """One wavefront per input slot (lane, element): that slot alone is 1 and the other operand
-    holds distinct integers, so D is one row of B (or one column of A), and where it lands and
-    what it holds says which A[i][k] (B[k][j]) the slot is. Every slot of the wavefront is tried."""
+    holds integers that name their k (fp8 cannot hold K * M distinct values), so D is one row of
+    B (or one column of A), and where it lands and what it holds says which A[i][k] (B[k][j]) the
+    slot is. Every slot of the wavefront is tried."""
     import torch
-    m, k_dim, per, dtype, _ = MFMA[name]
+    m, k_dim, per, _, _ = MFMA[name]
     slots = [(lane, e) for lane in range(64) for e in range(per)]
     waves = len(slots)
-    code = (torch.arange(k_dim * m, dtype=torch.float32) + 1)   # 1..256, exact in bf16 and f16
-    other = code.reshape(k_dim, m) if operand == "A" else code.reshape(m, k_dim)
-    other_regs = torch.zeros(waves, 64, per, dtype=torch.int16)
-    for i in range(m):
-        for k in range(k_dim):
-            if operand == "A":   # B[k][i] = code
-                lane, e = b_slot(name, k, i)
-                other_regs[:, lane, e] = _bits(other[k, i].reshape(1), dtype)
-            else:                # A[i][k] = code
-                lane, e = a_slot(name, i, k)
-                other_regs[:, lane, e] = _bits(other[i, k].reshape(1), dtype)
-    one_hot = torch.zeros(waves, 64, per, dtype=torch.int16)
+    ks = torch.arange(k_dim, dtype=torch.float32)                    # distinct, 4 significant
+    k_code = (1 + (ks % 8) / 8) * torch.exp2(ks // 8)                # bits: exact in e4m3 too
+    if operand == "A":
+        other = k_code.reshape(k_dim, 1).expand(k_dim, m)            # B[k][j] names k
+        zero_a = torch.zeros(waves, m, k_dim)
+        _, b_regs, _ = _scatter(name, arch, zero_a, other.expand(waves, k_dim, m), torch.zeros(waves, m, m))
+    else:
+        other = k_code.reshape(1, k_dim).expand(m, k_dim)            # A[i][k] names k
+        zero_b = torch.zeros(waves, k_dim, m)
+        a_regs, _, _ = _scatter(name, arch, other.expand(waves, m, k_dim), zero_b, torch.zeros(waves, m, m))
+    nb, width = _operand_bytes(name), _operand_bytes(name) // per
+    one_hot = torch.zeros(waves, 64, nb, dtype=torch.uint8)
+    one = _codes(torch.ones(1), name, arch)[0]
     for w, (lane, e) in enumerate(slots):
-        one_hot[w, lane, e] = _bits(torch.ones(1), dtype)
-    a_regs, b_regs = (one_hot, other_regs) if operand == "A" else (other_regs, one_hot)
-    c_regs = torch.zeros(waves * 64, m * m // 64)
-    d = _gather(name, _launch(lib, name, a_regs.reshape(-1, per), b_regs.reshape(-1, per), c_regs),
+        one_hot[w, lane, e * width:(e + 1) * width] = one
+    one_hot = one_hot.reshape(waves * 64, nb)
+    if operand == "A":
+        a_regs = one_hot
+    else:
+        b_regs = one_hot
+    d = _gather(name, _launch(libs[arch], name, a_regs, b_regs, torch.zeros(waves * 64, m * m // 64)),
                 waves)
     for w, (lane, e) in enumerate(slots):
         want = torch.zeros(m, m)
         if operand == "A":
             i, k = next((i, k) for i in range(m) for k in range(k_dim) if a_slot(name, i, k) == (lane, e))
-            want[i, :] = other[k, :]
+            want[i, :] = k_code[k]
         else:
             k, j = next((k, j) for k in range(k_dim) for j in range(m) if b_slot(name, k, j) == (lane, e))
-            want[:, j] = other[:, k]
-        assert torch.equal(d[w], want), f"{name}: {operand} slot lane {lane} element {e}"
+            want[:, j] = k_code[k]
+        assert torch.equal(d[w], want), f"{name} on {arch}: {operand} slot lane {lane} element {e}"
+
+
+def test_fp8_codes_are_read_in_each_archs_format(libs):
+    """The same bytes mean different numbers on gfx942 (FNUZ: bias 8, 0x80 NaN) and gfx950 (OCP
+    e4m3fn: bias 7, 0x7f NaN): one MFMA of 0x40 (2.0 in OCP, 1.0 in FNUZ) times 1.0, and the NaN
+    codes of each format."""
+    import torch
+    name = "mfma_f32_32x32x16_fp8_fp8"
+    for arch, want, nan_code, finite_code in (("gfx950", 2.0, 0x7f, 0x80), ("gfx942", 1.0, 0x80, 0x7f)):
+        one = _codes(torch.ones(1), name, arch)[0]
+        a = torch.zeros(64, 8, dtype=torch.uint8)
+        b = torch.zeros(64, 8, dtype=torch.uint8)
+        a[0, 0], b[0, 0] = 0x40, one                      # A[0][0] * B[0][0]
+        d = _gather(name, _launch(libs[arch], name, a, b, torch.zeros(64, 16)), 1)[0]
+        assert d[0, 0].item() == want and int((d != 0).sum()) == 1, arch
+        a[0, 0] = nan_code
+        d = _gather(name, _launch(libs[arch], name, a, b, torch.zeros(64, 16)), 1)[0]
+        assert torch.isnan(d[0, 0]), arch
+        a[0, 0] = finite_code                              # the other format's NaN: a number here
+        d = _gather(name, _launch(libs[arch], name, a, b, torch.zeros(64, 16)), 1)[0]
+        assert torch.isfinite(d).all(), arch
 
 
 def test_an_mfma_over_half_a_wavefront_is_refused(tmp_path):
     """32 lanes (a CUDA warp) cannot issue a wavefront's MFMA: the emulation aborts, as a kernel
     whose block is not whole wavefronts would compute garbage on the device."""
     cuda_emulation.skip_unless_hip_available()
-    so = cuda_emulation.build_hip(_source(), tmp_path / "k")
+    so = cuda_emulation.build_hip(_source(), tmp_path / "k", arch="gfx950")
     script = ("import ctypes, sys, torch; sys.path.insert(0, {tests!r}); "
               "from test_hip_mfma_emulation import _launch; lib = ctypes.CDLL({so!r}); "
-              "a = torch.zeros(64, 4, dtype=torch.int16); c = torch.zeros(64, 16); "
+              "a = torch.zeros(64, 8, dtype=torch.uint8); c = torch.zeros(64, 16); "
               "_launch(lib, 'mfma_f32_32x32x8bf16_1k', a, a, c, threads={n}); print('ran')")
     whole = subprocess.run([sys.executable, "-c", script.format(tests=str(ROOT / "tests"), so=str(so), n=64)],
                            capture_output=True, text=True, cwd=ROOT)
@@ -226,7 +284,7 @@ def test_an_mfma_over_half_a_wavefront_is_refused(tmp_path):
     assert half.returncode != 0 and "without the full wavefront" in half.stderr, half.stderr
 
 
-@pytest.mark.parametrize("arch_target", ["mi300x", "mi350"])
+@pytest.mark.parametrize("arch_target", ARCHS.values())
 def test_the_modelled_builtins_compile_to_mfma_on_the_device(arch_target):
     """The test kernels, compiled by regen's HIP toolchain for gfx942 and gfx950, take the same
     builtins with the same operand types, and each becomes the calculator's instruction."""

@@ -277,26 +277,47 @@ inline void emu_ldmatrix(unsigned* r, int count, bool trans, const void* row) {
   emu_warp_barrier();
 }
 #ifdef EMU_HIP
-// CDNA3/CDNA4 MFMA (v_mfma_f32_{32x32x8,16x16x16}{bf16_1k,f16}), D = A B + C over one 64-lane
-// wavefront, with the operand and accumulator layouts of AMD's matrix instruction calculator
-// (CDNA3; gfx950 runs the same instructions with the same layouts). For an M x M x K instruction
-// with P = K * M / 64 elements per lane and operand (each lane's vector of P 16-bit elements,
-// element e in bits [16e, 16e + 16) of the register pair):
+// CDNA3/CDNA4 MFMA (v_mfma_f32_{32x32x8,16x16x16}{bf16_1k,f16}, v_mfma_f32_{32x32x16,16x16x32}
+// _fp8_fp8), D = A B + C over one 64-lane wavefront, with the operand and accumulator layouts of
+// AMD's matrix instruction calculator (CDNA3; gfx950 runs the same instructions with the same
+// layouts). For an M x M x K instruction with P = K * M / 64 elements per lane and operand (each
+// lane's vector of P 16-bit or 8-bit elements, element e in bits [w e, w e + w) of its registers):
 //   A[i][k] (M x K) is element k % P of lane M * (k / P) + i;
 //   B[k][j] (K x M) is element k % P of lane M * (k / P) + j;
 //   D[i][j] is register r of lane l where j = l % M and i = 4 * (64 / M) * (r / 4) + 4 * (l / M)
 //   + r % 4 (32 x 32: i = 8 (r / 4) + 4 (l / 32) + r % 4; 16 x 16: i = 4 (l / 16) + r).
-// Products of the 16-bit inputs are exact in float32 and are accumulated onto C in k order
-// (the matrix core's internal summation order is not modelled bit for bit). The CBSZ, ABID and
-// BLGP broadcast modifiers are not modelled: a non-zero one aborts. Tested against a scalar
-// matmul for every lane and register (tests/test_hip_mfma_emulation.py).
+// fp8 elements are e4m3 as the arch reads them: FNUZ on gfx942 (exponent bias 8, 0x80 is NaN, no
+// negative zero), OCP e4m3fn on gfx950 (bias 7, S.1111.111 is NaN); the arch is the one the
+// source is built for (build_hip(arch=...) defines __gfx942__ or __gfx950__), and an fp8 MFMA in a
+// build without one aborts. Products of the inputs are exact in float32 and are accumulated onto
+// C in k order (the matrix core's internal summation order is not modelled bit for bit). The
+// CBSZ, ABID and BLGP broadcast modifiers are not modelled: a non-zero one aborts. Tested against
+// a scalar matmul for every lane and register (tests/test_hip_mfma_emulation.py).
 inline float emu_bf16_bits(unsigned h) { return __uint_as_float((h & 0xffffu) << 16); }
 inline float emu_f16_bits(unsigned h) { return __half2float(__half{uint16_t(h)}); }
-template <int M, int K, class VA, class VC>
+inline float emu_e4m3_bits(unsigned v, int bias, bool fnuz) {
+  v &= 0xffu;
+  const bool neg = v & 0x80u;
+  const unsigned e = (v >> 3) & 0xfu, m = v & 7u;
+  if (fnuz ? v == 0x80u : (v & 0x7fu) == 0x7fu) return __uint_as_float(0x7fc00000u);
+  const float mag = e ? ldexpf(1.0f + m / 8.0f, int(e) - bias) : ldexpf(m / 8.0f, 1 - bias);
+  return neg ? -mag : mag;
+}
+inline float emu_fp8_bits(unsigned v) {
+#if defined(__gfx950__)
+  return emu_e4m3_bits(v, 7, false);
+#elif defined(__gfx942__)
+  return emu_e4m3_bits(v, 8, true);
+#else
+  fprintf(stderr, "emu: an fp8 MFMA's format depends on the arch: build with arch gfx942 or gfx950\n");
+  abort();
+#endif
+}
+template <int M, int K, int BITS, class VA, class VC>
 inline VC emu_mfma(const char* name, VA a, VA b, VC c, int cbsz, int abid, int blgp,
                    float (*elem)(unsigned)) {
   constexpr int P = K * M / 64, REGS = M * M / 64;
-  static_assert(sizeof(VA) == P * 2 && sizeof(VC) == REGS * 4, "MFMA operand sizes");
+  static_assert(sizeof(VA) * 8 == P * BITS && sizeof(VC) == REGS * 4, "MFMA operand sizes");
   Emu* e = g_emu;
   const unsigned me = emu_lin();
   if (EMU_WARP != 64 || e->wlive[me / 64] != 64) {
@@ -312,8 +333,9 @@ inline VC emu_mfma(const char* name, VA a, VA b, VC c, int cbsz, int abid, int b
   emu_warp_barrier();
   const unsigned base = me & ~63u, lane = me & 63u;
   auto operand = [&](unsigned l, int k, int which) {
-    const unsigned w = e->frag[(base + l) * EMU_FRAG + 8 * which + (k % P) / 2];
-    return elem(k % 2 ? w >> 16 : w & 0xffffu);
+    const unsigned bit = unsigned(k % P) * BITS;
+    const unsigned w = e->frag[(base + l) * EMU_FRAG + 8 * which + bit / 32];
+    return elem((w >> (bit % 32)) & ((1u << BITS) - 1u));
   };
   float acc[REGS];
   memcpy(acc, &c, sizeof(VC));
@@ -330,20 +352,24 @@ inline VC emu_mfma(const char* name, VA a, VA b, VC c, int cbsz, int abid, int b
   memcpy(&d, acc, sizeof(VC));
   return d;
 }
-#define EMU_MFMA(fn, m, k, elem)                                                        \
+#define EMU_MFMA(fn, m, k, bits, elem)                                                  \
   template <class VA, class VC>                                                         \
   inline VC emu_##fn(VA a, VA b, VC c, int cbsz, int abid, int blgp) {                  \
-    return emu_mfma<m, k>(#fn, a, b, c, cbsz, abid, blgp, elem);                        \
+    return emu_mfma<m, k, bits>(#fn, a, b, c, cbsz, abid, blgp, elem);                  \
   }
-EMU_MFMA(mfma_f32_32x32x8bf16_1k, 32, 8, emu_bf16_bits)
-EMU_MFMA(mfma_f32_16x16x16bf16_1k, 16, 16, emu_bf16_bits)
-EMU_MFMA(mfma_f32_32x32x8f16, 32, 8, emu_f16_bits)
-EMU_MFMA(mfma_f32_16x16x16f16, 16, 16, emu_f16_bits)
+EMU_MFMA(mfma_f32_32x32x8bf16_1k, 32, 8, 16, emu_bf16_bits)
+EMU_MFMA(mfma_f32_16x16x16bf16_1k, 16, 16, 16, emu_bf16_bits)
+EMU_MFMA(mfma_f32_32x32x8f16, 32, 8, 16, emu_f16_bits)
+EMU_MFMA(mfma_f32_16x16x16f16, 16, 16, 16, emu_f16_bits)
+EMU_MFMA(mfma_f32_32x32x16_fp8_fp8, 32, 16, 8, emu_fp8_bits)
+EMU_MFMA(mfma_f32_16x16x32_fp8_fp8, 16, 32, 8, emu_fp8_bits)
 #undef EMU_MFMA
 #define __builtin_amdgcn_mfma_f32_32x32x8bf16_1k emu_mfma_f32_32x32x8bf16_1k
 #define __builtin_amdgcn_mfma_f32_16x16x16bf16_1k emu_mfma_f32_16x16x16bf16_1k
 #define __builtin_amdgcn_mfma_f32_32x32x8f16 emu_mfma_f32_32x32x8f16
 #define __builtin_amdgcn_mfma_f32_16x16x16f16 emu_mfma_f32_16x16x16f16
+#define __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8 emu_mfma_f32_32x32x16_fp8_fp8
+#define __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8 emu_mfma_f32_16x16x32_fp8_fp8
 #endif
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
