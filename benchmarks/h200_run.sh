@@ -2,7 +2,7 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ncu:K[:REGEX] ops overhead backward
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ncu:K[:REGEX] cross:K@T ops overhead backward
 #          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
@@ -63,6 +63,10 @@ for step in $steps; do
         --section LaunchStats --section Occupancy --section WarpStateStats \
         python3 -m regen.cli bench "$k" --target h200 --timeout 120 2>&1 | grep -v '^==PROF==' \
         | tee -a "$OUT/ncu-$k.txt" | tail -120 ;;
+    cross:*)  # cross:attention@b200 runs another column's committed CUDA source here, unrecorded
+      spec=${step#cross:}
+      capped python3 benchmarks/cross_arch.py "${spec%@*}" --from "${spec#*@}" --target h200 \
+        --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" 2>&1 | tee -a "$OUT/cross.log" ;;
     overhead) capped python3 benchmarks/ops_overhead.py --device cuda 2>&1 | tee "$OUT/ops_overhead.log" ;;
     ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
     backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min

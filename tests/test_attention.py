@@ -1,7 +1,10 @@
 """attention (specs/attention.yaml): the float64 oracle against torch, its invariant checks, the
 causal compute floor, and the committed h200 source under the CUDA emulation on the shapes at its
 tile boundaries (the wgmma, cp.async and mbarrier primitives run their host-pass meaning there),
-including proof that the emulated wgmma really reads through the 128-byte swizzle."""
+including proof that the emulated wgmma really reads through the 128-byte swizzle; the committed
+cdna (mi350/mi300x) source under the HIP emulation's MFMA model at its own tile boundaries, its
+head-size dispatch, and its machine code for gfx942 and gfx950; the b200 (mma.sync) source under the
+CUDA emulation's ldmatrix and mma.sync models, and its SASS."""
 
 from __future__ import annotations
 
@@ -153,3 +156,141 @@ def test_emulated_wgmma_reads_through_the_swizzle(tmp_path):
     assert ran == ["attention_fa3_d64_bf16"]
     assert excess(outputs["out"], oracle("attention").reference(pristine, view)["out"],
                   spec("attention").case_tolerance(case)) > 1
+
+
+# -- mi350 / mi300x (one cdna entry): MFMA flash kernels and the rows fallback ---------------------
+
+# Tile boundaries of the cdna recipe: 32-key tiles (one, two, a 2-stage LDS ring reused from the
+# third on), 128-row query tiles of 4 wavefronts (a wavefront wholly past S; under the causal mask
+# wavefronts that stop at their own diagonal while the workgroup walks on), padded heads and the
+# rows fallback's key blocks of 64.
+CDNA_SHAPES = [
+    {"B": 1, "Hkv": 1, "G": 1, "S": 32, "D": 64},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 33, "D": 128, "params": {"causal": False}},
+    {"B": 1, "Hkv": 1, "G": 2, "S": 97, "D": 64},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 128, "D": 128},
+    {"B": 2, "Hkv": 1, "G": 1, "S": 161, "D": 64, "params": {"causal": False, "scale": 0.3}},
+    {"B": 1, "Hkv": 2, "G": 2, "S": 255, "D": 128, "params": {"scale": 0.2}},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 100, "D": 48},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 130, "D": 136, "params": {"causal": False}},
+]
+CDNA_KERNEL = {64: "attention_mfma_d64_bf16", 128: "attention_mfma_d128_bf16",
+               48: "attention_mfma_p64_bf16", 136: "attention_rows_bf16"}
+
+
+@pytest.fixture(scope="module")
+def emulated_cdna(tmp_path_factory):
+    cuda_emulation.skip_unless_hip_available()
+    source, _ = committed("attention", "mi350")
+    return ctypes.CDLL(str(cuda_emulation.build_hip(source, tmp_path_factory.mktemp("attention-hip"))))
+
+
+@pytest.mark.parametrize("fields", CDNA_SHAPES, ids=lambda f: "S{S}-D{D}-G{G}".format(**f))
+def test_cdna_source_matches_oracle_at_tile_boundaries_under_the_hip_emulation(emulated_cdna, fields):
+    case = _case(**fields)
+    view, x = _inputs(case, seed=3)
+    pristine = {n: t.clone() for n, t in x.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated_cdna, "attention", case, x, target="mi350",
+                                               repeat=2)
+    assert not changed
+    assert ran == [CDNA_KERNEL[fields["D"]]] * 2
+    assert_matches(outputs, oracle("attention").reference(pristine, view),
+                   spec("attention").case_tolerance(case), f"{ran}: ")
+
+
+def test_cdna_recipe_sends_every_head_size_up_to_128_to_the_matrix_cores():
+    """D a multiple of 8 up to 128 takes an MFMA kernel (the exact 64 and 128 ones for the bench
+    heads), anything else the rows fallback; one launch for each."""
+    from support.library import bound
+    for d in range(1, 330):
+        case = _case(B=1, Hkv=1, G=1, S=5, D=d)
+        names = [launch.kernel for launch in bound("attention", "mi350", case)[0]]
+        want = ("attention_mfma_d64_bf16" if d == 64 else "attention_mfma_d128_bf16" if d == 128
+                else "attention_rows_bf16" if d % 8 or d > 128 else None)
+        assert len(names) == 1, f"D={d}: {names}"
+        assert names[0] == want if want else names[0].startswith("attention_mfma_p"), f"D={d}: {names}"
+
+
+@pytest.mark.parametrize("name", ["mi300x", "mi350"])
+def test_cdna_flash_kernels_run_on_the_matrix_cores_without_spills(name):
+    """Both products of every flash kernel are v_mfma_f32_32x32x8_bf16 (gfx942 and gfx950), no
+    kernel spills or uses scratch, and the fallback has no MFMA at all."""
+    from regen.sass import missing_instructions
+    from regen.toolchains.hip import Toolchain
+    from support.library import target
+    toolchain = Toolchain(hipcc=(), use_hiprtc=False)
+    if toolchain.problem(target(name)):
+        pytest.skip(toolchain.problem(target(name)))
+    source, _ = committed("attention", "mi350")
+    result = toolchain.compile(source, target(name))
+    assert result.ok, result.log
+    flash = [k for k in result.resources if k.startswith("attention_mfma_")]
+    assert len(flash) == 6
+    for kernel in flash:
+        assert missing_instructions(result.disassembly, ["v_mfma_f32_32x32x8_bf16", "ds_read_b128"],
+                                    kernel=kernel) == [], kernel
+    assert missing_instructions(result.disassembly, ["v_mfma"], kernel="attention_rows_bf16") == ["v_mfma"]
+    for kernel, res in result.resources.items():
+        assert res["scratch_bytes"] == 0 and res["vgpr_spills"] == 0, (kernel, res)
+        assert res["shared_bytes"] <= target(name).limits["lds_per_workgroup"]
+
+
+# -- b200: mma.sync.m16n8k16 flash kernels (not tcgen05) and the warp-per-row fallback -----------
+
+# Tile boundaries of the b200 recipe: 64-key tiles in a two-stage ring (one, two, reused from the
+# third), 64-row query tiles of 4 warps (a warp wholly past S; causal warps stopping at their own
+# diagonal), GQA, the fallback.
+B200_SHAPES = [
+    {"B": 1, "Hkv": 1, "G": 1, "S": 64, "D": 64},
+    {"B": 1, "Hkv": 1, "G": 2, "S": 65, "D": 128, "params": {"causal": False}},
+    {"B": 2, "Hkv": 1, "G": 1, "S": 100, "D": 64, "params": {"scale": 0.3}},
+    {"B": 1, "Hkv": 2, "G": 2, "S": 193, "D": 128},
+    {"B": 1, "Hkv": 1, "G": 1, "S": 17, "D": 96, "params": {"causal": False}},
+]
+
+
+@pytest.fixture(scope="module")
+def emulated_b200(tmp_path_factory):
+    cuda_emulation.skip_unless_available()
+    source, _ = committed("attention", "b200")
+    return ctypes.CDLL(str(cuda_emulation.build(source, tmp_path_factory.mktemp("attention-b200"),
+                                                cuda_arch=1000)))
+
+
+@pytest.mark.parametrize("fields", B200_SHAPES, ids=lambda f: "S{S}-D{D}-G{G}".format(**f))
+def test_b200_source_matches_oracle_at_tile_boundaries_under_emulation(emulated_b200, fields):
+    """The host pass runs the device's tiling, swizzle, masks and softmax, with ldmatrix and
+    mma.sync through the emulation's fragment models (tests/test_cuda_fragment_emulation.py)."""
+    case = _case(**fields)
+    view, x = _inputs(case, seed=5)
+    pristine = {n: t.clone() for n, t in x.items()}
+    outputs, changed, ran = cuda_emulation.run(emulated_b200, "attention", case, x, target="b200",
+                                               repeat=2)
+    assert not changed
+    want = {64: "attention_mma_d64_bf16", 128: "attention_mma_d128_bf16"}.get(fields["D"],
+                                                                            "attention_rows_bf16")
+    assert ran == [want] * 2
+    assert_matches(outputs, oracle("attention").reference(pristine, view),
+                   spec("attention").case_tolerance(case), f"{ran}: ")
+
+
+def test_b200_flash_kernels_are_mma_sync_not_tcgen05():
+    """What the b200 artifact is, stated by its machine code: HMMA fed by ldmatrix (LDSM, .trans
+    for V) from cp.async tiles (LDGSTS), no UTC*MMA (tcgen05), no spills."""
+    from regen.sass import missing_instructions
+    from regen.toolchains.nvrtc import Toolchain
+    from support.library import target
+    toolchain = Toolchain(disassemble=True)
+    if toolchain.problem():
+        pytest.skip(toolchain.problem())
+    source, _ = committed("attention", "b200")
+    result = toolchain.compile(source, target("b200"))
+    assert result.ok, result.log
+    if result.disassembly is None:
+        pytest.skip("no SASS here: cuobjdump / nvdisasm missing")
+    for kernel in ("attention_mma_d64_bf16", "attention_mma_d128_bf16"):
+        assert missing_instructions(result.disassembly, ["HMMA.16816.F32.BF16", "LDSM.16.M88.4",
+                                                         "LDSM.16.MT88.4", "LDGSTS"], kernel=kernel) == []
+        assert missing_instructions(result.disassembly, ["UTCHMMA", "UTCQMMA"], kernel=kernel) == \
+            ["UTCHMMA", "UTCQMMA"]
+    assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources

@@ -137,7 +137,7 @@ def _hidden_shapes(case, cap=81):
 
 # (kernel, target): why its recipe leaves hidden variants uncovered
 KNOWN_UNCOVERED: dict[tuple[str, str], str] = {}
-HIDDEN_VARIANT_TARGETS = ("h200", "mi350")   # the device columns whose recipes are committed
+HIDDEN_VARIANT_TARGETS = ("h200", "mi350", "b200")   # the device columns whose recipes are committed
 
 
 @pytest.mark.parametrize("kernel,target_name", [
@@ -148,7 +148,7 @@ def test_every_hidden_variant_the_judge_can_draw_has_a_launch(kernel, target_nam
     """The judge checks a hidden variant of every correctness case whose sizes no one lists: a
     recipe whose `when`s leave such a shape uncovered fails on the hardware with 'no launch of
     the recipe applies'. Binding is cheap, so every variant the judge can draw is tried here, for
-    every committed h200 and mi350 recipe (mi300x shares mi350's cdna entry)."""
+    every committed h200, mi350 and b200 recipe (mi300x shares mi350's cdna entry)."""
     s = spec(kernel)
     for case in s.correctness_cases():
         for hidden in _hidden_shapes(case):

@@ -113,6 +113,9 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short s) { return {s}; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+// words per thread for the operands of a wave-wide matrix instruction: mma.sync takes 6, an MFMA
+// up to 2 x 8 (gfx950's 8-dword f8f6f4 operands)
+#define EMU_FRAG 16
 struct EmuFiber { ucontext_t ctx; dim3 tid; bool done = false; std::vector<char> stack; };
 // Hopper's asynchronous units (see "Hopper's asynchronous units" below): an mbarrier's state, a
 // TMA tile copy in flight, a wgmma in flight, a bulk (TMA) store group.
@@ -151,7 +154,7 @@ struct Emu {
   std::vector<unsigned> wlive, warrived;
   std::vector<unsigned long> wgen;
   std::vector<uint64_t> slot;
-  std::vector<unsigned> frag;  // 6 words per thread: the operand fragments of an emulated mma.sync
+  std::vector<unsigned> frag;  // EMU_FRAG words per thread: operands of an emulated mma.sync / MFMA
   void* fn; int64_t ints[32]; float flts[4];
   std::vector<EmuThreadAsync> async;    // per fiber
   std::vector<uint64_t> stm_addr;       // stmatrix: each lane's row address and registers
@@ -217,6 +220,7 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o) {
 // HIP's names for the same model: wavefront shuffles take no mask (the whole wavefront must be
 // live, as in every kernel these tests run); nontemporal loads and stores move the same bits.
 typedef __nv_bfloat16 __hip_bfloat16;
+inline __hip_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
 constexpr int warpSize = EMU_WARP;
 template <class T> inline T __shfl_xor(T v, int o, int width = EMU_WARP) {
   if (width != EMU_WARP) {
@@ -248,17 +252,17 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
     fprintf(stderr, "emu: mma.sync without the full warp\n");
     abort();
   }
-  for (int i = 0; i < 4; ++i) e->frag[me * 6 + i] = a[i];
-  for (int i = 0; i < 2; ++i) e->frag[me * 6 + 4 + i] = b[i];
+  for (int i = 0; i < 4; ++i) e->frag[me * EMU_FRAG + i] = a[i];
+  for (int i = 0; i < 2; ++i) e->frag[me * EMU_FRAG + 4 + i] = b[i];
   emu_warp_barrier();
   const unsigned base = me & ~31u, lane = me & 31u, g = lane / 4, t = lane % 4;
   auto A = [&](unsigned r, unsigned k) {
     unsigned reg = (k >= 8 ? 2 : 0) + (r >= 8 ? 1 : 0);
-    unsigned w = e->frag[(base + (r % 8) * 4 + (k % 8) / 2) * 6 + reg];
+    unsigned w = e->frag[(base + (r % 8) * 4 + (k % 8) / 2) * EMU_FRAG + reg];
     return emu_half_bits(k % 2 ? w >> 16 : w & 0xffffu, f16);
   };
   auto B = [&](unsigned k, unsigned n) {
-    unsigned w = e->frag[(base + n * 4 + (k % 8) / 2) * 6 + 4 + (k >= 8 ? 1 : 0)];
+    unsigned w = e->frag[(base + n * 4 + (k % 8) / 2) * EMU_FRAG + 4 + (k >= 8 ? 1 : 0)];
     return emu_half_bits(k % 2 ? w >> 16 : w & 0xffffu, f16);
   };
   for (int i = 0; i < 4; ++i) {
@@ -657,6 +661,136 @@ inline void emu_stmatrix(unsigned addr, const unsigned* regs, int count) {
   }
   emu_warp_barrier();
 }
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16 over one warp, as the PTX ISA
+// describes it: lane 8 m + r gives the (16-byte aligned) address of row r of 8 x 8 matrix m;
+// register m of lane l receives 32-bit word l % 4 of row l / 4 of matrix m (elements 2 (l % 4)
+// and 2 (l % 4) + 1 of that row), or with .trans the elements at (row 2 (l % 4), column l / 4)
+// and (row 2 (l % 4) + 1, column l / 4), the lower row in the lower half-word. A kernel reaches
+// this model from the `#else` branch of its `#ifdef __CUDA_ARCH__` inline PTX.
+inline void emu_ldmatrix(unsigned* r, int count, bool trans, const void* row) {
+  Emu* e = g_emu;
+  const unsigned me = emu_fid();
+  if (EMU_WARP != 32 || e->wlive[me / EMU_WARP] != EMU_WARP) {
+    fprintf(stderr, "emu: ldmatrix without the full warp\n");
+    abort();
+  }
+  if (reinterpret_cast<uintptr_t>(row) & 15) {
+    fprintf(stderr, "emu: ldmatrix row address %p is not 16-byte aligned\n", row);
+    abort();
+  }
+  e->slot[me] = reinterpret_cast<uintptr_t>(row);
+  emu_warp_barrier();
+  const unsigned base = me & ~31u, lane = me & 31u;
+  for (int m = 0; m < count; ++m) {
+    const auto at = [&](unsigned rr) {
+      return reinterpret_cast<const unsigned char*>(e->slot[base + 8 * m + rr]);
+    };
+    if (!trans) {
+      memcpy(&r[m], at(lane / 4) + 4 * (lane % 4), 4);
+    } else {
+      uint16_t lo, hi;
+      memcpy(&lo, at(2 * (lane % 4)) + 2 * (lane / 4), 2);
+      memcpy(&hi, at(2 * (lane % 4) + 1) + 2 * (lane / 4), 2);
+      r[m] = unsigned(lo) | (unsigned(hi) << 16);
+    }
+  }
+  emu_warp_barrier();
+}
+#ifdef EMU_HIP
+// CDNA3/CDNA4 MFMA (v_mfma_f32_{32x32x8,16x16x16}{bf16_1k,f16}, v_mfma_f32_{32x32x16,16x16x32}
+// _fp8_fp8), D = A B + C over one 64-lane wavefront, with the operand and accumulator layouts of
+// AMD's matrix instruction calculator (CDNA3; gfx950 runs the same instructions with the same
+// layouts). For an M x M x K instruction with P = K * M / 64 elements per lane and operand (each
+// lane's vector of P 16-bit or 8-bit elements, element e in bits [w e, w e + w) of its registers):
+//   A[i][k] (M x K) is element k % P of lane M * (k / P) + i;
+//   B[k][j] (K x M) is element k % P of lane M * (k / P) + j;
+//   D[i][j] is register r of lane l where j = l % M and i = 4 * (64 / M) * (r / 4) + 4 * (l / M)
+//   + r % 4 (32 x 32: i = 8 (r / 4) + 4 (l / 32) + r % 4; 16 x 16: i = 4 (l / 16) + r).
+// fp8 elements are e4m3 as the arch reads them: FNUZ on gfx942 (exponent bias 8, 0x80 is NaN, no
+// negative zero), OCP e4m3fn on gfx950 (bias 7, S.1111.111 is NaN); the arch is the one the
+// source is built for (build_hip(arch=...) defines __gfx942__ or __gfx950__), and an fp8 MFMA in a
+// build without one aborts. Products of the inputs are exact in float32 and are accumulated onto
+// C in k order (the matrix core's internal summation order is not modelled bit for bit). The
+// CBSZ, ABID and BLGP broadcast modifiers are not modelled: a non-zero one aborts. Tested against
+// a scalar matmul for every lane and register (tests/test_hip_mfma_emulation.py).
+inline float emu_bf16_bits(unsigned h) { return __uint_as_float((h & 0xffffu) << 16); }
+inline float emu_f16_bits(unsigned h) { return __half2float(__half{uint16_t(h)}); }
+inline float emu_e4m3_bits(unsigned v, int bias, bool fnuz) {
+  v &= 0xffu;
+  const bool neg = v & 0x80u;
+  const unsigned e = (v >> 3) & 0xfu, m = v & 7u;
+  if (fnuz ? v == 0x80u : (v & 0x7fu) == 0x7fu) return __uint_as_float(0x7fc00000u);
+  const float mag = e ? ldexpf(1.0f + m / 8.0f, int(e) - bias) : ldexpf(m / 8.0f, 1 - bias);
+  return neg ? -mag : mag;
+}
+inline float emu_fp8_bits(unsigned v) {
+#if defined(__gfx950__)
+  return emu_e4m3_bits(v, 7, false);
+#elif defined(__gfx942__)
+  return emu_e4m3_bits(v, 8, true);
+#else
+  fprintf(stderr, "emu: an fp8 MFMA's format depends on the arch: build with arch gfx942 or gfx950\n");
+  abort();
+#endif
+}
+template <int M, int K, int BITS, class VA, class VC>
+inline VC emu_mfma(const char* name, VA a, VA b, VC c, int cbsz, int abid, int blgp,
+                   float (*elem)(unsigned)) {
+  constexpr int P = K * M / 64, REGS = M * M / 64;
+  static_assert(sizeof(VA) * 8 == P * BITS && sizeof(VC) == REGS * 4, "MFMA operand sizes");
+  Emu* e = g_emu;
+  const unsigned me = emu_fid();
+  if (EMU_WARP != 64 || e->wlive[me / 64] != 64) {
+    fprintf(stderr, "emu: %s without the full wavefront\n", name);
+    abort();
+  }
+  if (cbsz || abid || blgp) {
+    fprintf(stderr, "emu: %s with cbsz/abid/blgp modifiers is not modelled\n", name);
+    abort();
+  }
+  memcpy(&e->frag[me * EMU_FRAG], &a, sizeof(VA));
+  memcpy(&e->frag[me * EMU_FRAG + 8], &b, sizeof(VA));
+  emu_warp_barrier();
+  const unsigned base = me & ~63u, lane = me & 63u;
+  auto operand = [&](unsigned l, int k, int which) {
+    const unsigned bit = unsigned(k % P) * BITS;
+    const unsigned w = e->frag[(base + l) * EMU_FRAG + 8 * which + bit / 32];
+    return elem((w >> (bit % 32)) & ((1u << BITS) - 1u));
+  };
+  float acc[REGS];
+  memcpy(acc, &c, sizeof(VC));
+  const unsigned j = lane % M;
+  for (int r = 0; r < REGS; ++r) {
+    const unsigned i = 4 * (64 / M) * (r / 4) + 4 * (lane / M) + r % 4;
+    float sum = acc[r];
+    for (int k = 0; k < K; ++k)
+      sum = fmaf(operand(M * (k / P) + i, k, 0), operand(M * (k / P) + j, k, 1), sum);
+    acc[r] = sum;
+  }
+  emu_warp_barrier();
+  VC d;
+  memcpy(&d, acc, sizeof(VC));
+  return d;
+}
+#define EMU_MFMA(fn, m, k, bits, elem)                                                  \
+  template <class VA, class VC>                                                         \
+  inline VC emu_##fn(VA a, VA b, VC c, int cbsz, int abid, int blgp) {                  \
+    return emu_mfma<m, k, bits>(#fn, a, b, c, cbsz, abid, blgp, elem);                  \
+  }
+EMU_MFMA(mfma_f32_32x32x8bf16_1k, 32, 8, 16, emu_bf16_bits)
+EMU_MFMA(mfma_f32_16x16x16bf16_1k, 16, 16, 16, emu_bf16_bits)
+EMU_MFMA(mfma_f32_32x32x8f16, 32, 8, 16, emu_f16_bits)
+EMU_MFMA(mfma_f32_16x16x16f16, 16, 16, 16, emu_f16_bits)
+EMU_MFMA(mfma_f32_32x32x16_fp8_fp8, 32, 16, 8, emu_fp8_bits)
+EMU_MFMA(mfma_f32_16x16x32_fp8_fp8, 16, 32, 8, emu_fp8_bits)
+#undef EMU_MFMA
+#define __builtin_amdgcn_mfma_f32_32x32x8bf16_1k emu_mfma_f32_32x32x8bf16_1k
+#define __builtin_amdgcn_mfma_f32_16x16x16bf16_1k emu_mfma_f32_16x16x16bf16_1k
+#define __builtin_amdgcn_mfma_f32_32x32x8f16 emu_mfma_f32_32x32x8f16
+#define __builtin_amdgcn_mfma_f32_16x16x16f16 emu_mfma_f32_16x16x16f16
+#define __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8 emu_mfma_f32_32x32x16_fp8_fp8
+#define __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8 emu_mfma_f32_16x16x32_fp8_fp8
+#endif
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
 #define EMU_I8 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t
@@ -719,7 +853,7 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   e.f.resize(nf);
   for (auto& fb : e.f) fb.stack.resize(64 * 1024);
   e.slot.assign(nf, 0);
-  e.frag.assign(size_t(nf) * 6, 0);
+  e.frag.assign(size_t(nf) * EMU_FRAG, 0);
   e.stm_addr.assign(nf, 0);
   e.stm_regs.assign(size_t(nf) * 4, 0);
   for (unsigned z = 0; z < gz; ++z)

@@ -131,16 +131,24 @@ def build(source: str, folder: Path, cuda_arch: int = 900) -> Path:
     return so
 
 
-def build_hip(source: str, folder: Path) -> Path:
+HIP_ARCHS = ("gfx942", "gfx950")
+
+
+def build_hip(source: str, folder: Path, arch: str | None = None) -> Path:
     """Compile a HIP source against the emulation with 64-lane wavefronts into folder/emu.so (the
-    cdna column's execution model: __shfl_xor over 64 lanes, LDS as static __shared__ arrays);
-    fails the test with the compiler's errors if it does not build."""
+    cdna column's execution model: __shfl_xor over 64 lanes, LDS as static __shared__ arrays,
+    MFMA); fails the test with the compiler's errors if it does not build. `arch` (gfx942 or
+    gfx950) defines __gfx942__ or __gfx950__ as the device compiler does, which selects a source's
+    per-arch sections and the fp8 format of the emulated fp8 MFMA; without it neither is defined."""
+    if arch is not None and arch not in HIP_ARCHS:
+        raise ValueError(f"build_hip: arch {arch!r}: expected one of {', '.join(HIP_ARCHS)}")
     folder.mkdir(parents=True, exist_ok=True)
     cpp = folder / "emu.cpp"
     cpp.write_text(unit(source, "kernel.hip"))
     so = folder / "emu.so"
     proc = subprocess.run([hip_compiler(), "-O1", "-std=c++17", "-shared", "-fPIC", "-w",
                            f"-I{HEADER.parent}", "-DEMU_HIP", "-DEMU_WARP=64",
+                           *([f"-D__{arch}__"] if arch else []),
                            str(cpp), "-o", str(so)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return so

@@ -1,0 +1,254 @@
+"""The CUDA emulation's models of the warp-collective fragment instructions (tests/support/
+cuda_emulation.h): mma.sync.m16n8k16 (bf16 and f16, float32 accumulators) and ldmatrix.m8n8
+(x1, x2, x4, with and without .trans), against the fragment layouts of the PTX ISA transcribed
+here, lane by lane and register by register. Kernels that reach the models from the `#else`
+branch of their inline PTX (fused_linear_cross_entropy@h200, attention@b200) are only as right
+as these layouts. The same test source is compiled for sm_90a and sm_100a by NVRTC, so the PTX
+the device branch issues is accepted and becomes HMMA and LDSM."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from support import cuda_emulation
+from support.library import target
+
+SOURCE = r"""
+#include <cuda_bf16.h>
+// one warp per block: lane l's A registers (4 words), B registers (2) and C values (4) from row
+// blockIdx.x * 32 + l of the arrays, D written there
+extern "C" __global__ void __launch_bounds__(32)
+mma(const unsigned* a, const unsigned* b, const float* c, float* d, long long f16) {
+  const long long row = (long long)blockIdx.x * 32 + threadIdx.x;
+  const unsigned ar[4] = {a[row * 4], a[row * 4 + 1], a[row * 4 + 2], a[row * 4 + 3]};
+  const unsigned br[2] = {b[row * 2], b[row * 2 + 1]};
+  float acc[4] = {c[row * 4], c[row * 4 + 1], c[row * 4 + 2], c[row * 4 + 3]};
+#ifdef __CUDA_ARCH__
+  if (f16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[0]), "r"(br[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[0]), "r"(br[1]));
+#else
+  emu_mma_m16n8k16(acc, ar, br, f16 != 0);
+#endif
+  for (int i = 0; i < 4; ++i) d[row * 4 + i] = acc[i];
+}
+
+// one warp per block: 32 rows of 8 16-bit values (4 matrices of 8 rows) into shared memory, row
+// `place[l]` holding row l, then lane l addresses shared row place[l] (lane 8m + r: row r of
+// matrix m) and receives 4 registers of ldmatrix.x4 (.trans when trans), or 2 of .x2, 1 of .x1
+extern "C" __global__ void __launch_bounds__(32)
+ldm(const unsigned short* src, const long long* place, unsigned* dst, long long count,
+    long long trans) {
+  __shared__ __align__(16) unsigned short tile[32][8];
+  const int lane = threadIdx.x;
+  const long long w = blockIdx.x;
+  for (int e = 0; e < 8; ++e) tile[place[w * 32 + lane]][e] = src[(w * 32 + lane) * 8 + e];
+  __syncwarp();
+  const unsigned short* row = &tile[place[w * 32 + lane]][0];
+  unsigned r[4] = {0, 0, 0, 0};
+#ifdef __CUDA_ARCH__
+  const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+  if (count == 4 && trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  else if (count == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  else if (count == 2 && trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+  else if (count == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+  else if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr));
+#else
+  emu_ldmatrix(r, int(count), trans != 0, row);
+#endif
+  for (int i = 0; i < 4; ++i) dst[(w * 32 + lane) * 4 + i] = r[i];
+}
+"""
+
+
+# PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (groupID = lane >> 2,
+# threadID_in_group = lane % 4): element (lane, register, half) -> matrix position
+def a_element(lane, reg, half):
+    """A (16 x 16, row-major): a0..a7 two per register; rows g (a0, a1, a4, a5) or g + 8 (a2, a3,
+    a6, a7); columns 2 t + (i & 1), plus 8 for a4..a7."""
+    g, t = lane >> 2, lane % 4
+    i = 2 * reg + half
+    return g + (8 if i in (2, 3, 6, 7) else 0), 2 * t + (i & 1) + (8 if i >= 4 else 0)
+
+
+def b_element(lane, reg, half):
+    """B (16 x 8, k by n): b0..b3; row k = 2 t + (i & 1), plus 8 for b2, b3; column n = g."""
+    g, t = lane >> 2, lane % 4
+    i = 2 * reg + half
+    return 2 * t + (i & 1) + (8 if i >= 2 else 0), g
+
+
+def d_element(lane, i):
+    """C/D (16 x 8): c0..c3; row g for c0, c1, g + 8 for c2, c3; column 2 t + (i & 1)."""
+    g, t = lane >> 2, lane % 4
+    return g + (8 if i >= 2 else 0), 2 * t + (i & 1)
+
+
+def ldmatrix_element(lane, reg, half, trans):
+    """ldmatrix.m8n8: register m of a lane holds two 16-bit elements of matrix m: (row lane / 4,
+    columns 2 (lane % 4) + half), or with .trans (rows 2 (lane % 4) + half, column lane / 4)."""
+    if trans:
+        return reg, 2 * (lane % 4) + half, lane // 4
+    return reg, lane // 4, 2 * (lane % 4) + half
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    cuda_emulation.skip_unless_available()
+    return ctypes.CDLL(str(cuda_emulation.build(SOURCE, tmp_path_factory.mktemp("frag"))))
+
+
+def _launch(lib, name, blocks, tensors, ints):
+    args = [t.data_ptr() for t in tensors] + list(ints)
+    fn = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    lib.emu_launch(ctypes.c_void_p(fn), blocks, 1, 1, 32, 1, 1, 0, len(args),
+                   (ctypes.c_int64 * 32)(*args), 0, (ctypes.c_float * 4)())
+
+
+def _pack(matrix, element, lanes, regs, dtype):
+    """[W, rows, cols] values -> [W * 32, regs] 32-bit registers, through element(lane, reg, half)."""
+    import torch
+    w = matrix.shape[0]
+    bits = matrix.to(getattr(torch, dtype)).view(torch.int16).to(torch.int64) & 0xffff
+    out = torch.zeros(w, lanes, regs, dtype=torch.int64)
+    for lane in range(lanes):
+        for reg in range(regs):
+            for half in range(2):
+                r, c = element(lane, reg, half)
+                out[:, lane, reg] |= bits[:, r, c] << (16 * half)
+    return out.to(torch.int32).reshape(w * lanes, regs).contiguous()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_emulated_mma_sync_equals_a_scalar_matmul_with_the_ptx_layout(lib, dtype):
+    """Random small integers (exact in float32), then normals: D read through the PTX layout is
+    A B + C, in 16 warps at once."""
+    import torch
+    g = torch.Generator().manual_seed(11)
+    w = 16
+    for kind in ("integers", "normal"):
+        if kind == "integers":
+            a = torch.randint(-8, 9, (w, 16, 16), generator=g).float()
+            b = torch.randint(-8, 9, (w, 16, 8), generator=g).float()
+            c = torch.randint(-64, 65, (w, 16, 8), generator=g).float()
+        else:
+            a = torch.randn(w, 16, 16, generator=g).to(getattr(torch, dtype)).float()
+            b = torch.randn(w, 16, 8, generator=g).to(getattr(torch, dtype)).float()
+            c = torch.randn(w, 16, 8, generator=g)
+        c_regs = torch.zeros(w, 32, 4)
+        for lane in range(32):
+            for i in range(4):
+                r, col = d_element(lane, i)
+                c_regs[:, lane, i] = c[:, r, col]
+        d = torch.full((w * 32, 4), float("nan"))
+        _launch(lib, "mma", w, [_pack(a, a_element, 32, 4, dtype), _pack(b, b_element, 32, 2, dtype),
+                                c_regs.reshape(w * 32, 4).contiguous(), d], [int(dtype == "float16")])
+        d = d.reshape(w, 32, 4)
+        got = torch.empty(w, 16, 8)
+        for lane in range(32):
+            for i in range(4):
+                r, col = d_element(lane, i)
+                got[:, r, col] = d[:, lane, i]
+        want = (a.double() @ b.double() + c.double()).float()
+        if kind == "integers":
+            assert torch.equal(got, want), f"{(got != want).sum().item()} elements differ"
+        else:
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_every_register_half_of_an_mma_operand_reaches_the_element_the_ptx_layout_names(lib):
+    """One warp per (lane, register, half) of A, then of B: that half alone is 1, the other
+    operand holds distinct integers, so D is one row of B (one column of A) and shows which
+    element the slot is."""
+    import torch
+    for operand, regs, element in (("A", 4, a_element), ("B", 2, b_element)):
+        slots = [(lane, reg, half) for lane in range(32) for reg in range(regs) for half in range(2)]
+        w = len(slots)
+        code = torch.arange(1, 129, dtype=torch.float32)   # distinct and exact in bf16
+        one_hot = torch.zeros(w, 32, regs, dtype=torch.int64)
+        for k, (lane, reg, half) in enumerate(slots):
+            one_hot[k, lane, reg] = 0x3f80 << (16 * half)          # bf16 1.0
+        one_hot = one_hot.to(torch.int32).reshape(w * 32, regs).contiguous()
+        if operand == "A":
+            other = code.reshape(16, 8).expand(w, 16, 8)           # B[k][n]
+            a_regs, b_regs = one_hot, _pack(other, b_element, 32, 2, "bfloat16")
+        else:
+            other = code.reshape(16, 8).expand(w, 16, 8)           # A[m][k] for k < 8 ...
+            other = torch.cat([other, other + 128], dim=2)         # ... and k >= 8: 16 x 16
+            a_regs, b_regs = _pack(other, a_element, 32, 4, "bfloat16"), one_hot
+        d = torch.full((w * 32, 4), float("nan"))
+        _launch(lib, "mma", w, [a_regs, b_regs, torch.zeros(w * 32, 4), d], [0])
+        d = d.reshape(w, 32, 4)
+        for k, (lane, reg, half) in enumerate(slots):
+            got = torch.empty(16, 8)
+            for ln in range(32):
+                for i in range(4):
+                    r, col = d_element(ln, i)
+                    got[r, col] = d[k, ln, i]
+            want = torch.zeros(16, 8)
+            r, col = element(lane, reg, half)
+            if operand == "A":
+                want[r, :] = other[0, col, :]
+            else:
+                want[:, col] = other[0, :, r]
+            assert torch.equal(got, want), f"{operand} lane {lane} register {reg} half {half}"
+
+
+@pytest.mark.parametrize("count", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_emulated_ldmatrix_hands_each_lane_the_elements_the_ptx_layout_names(lib, count, trans):
+    """Rows of distinct values placed in a scrambled order, each lane addressing its row where it
+    was placed: every register half of every lane holds the element the PTX ISA gives it."""
+    import torch
+    g = torch.Generator().manual_seed(5)
+    w = 8
+    values = torch.randperm(w * 32 * 8, generator=g).reshape(w, 32, 8)   # matrix m row r = row 8m + r
+    place = torch.stack([torch.randperm(32, generator=g) for _ in range(w)])
+    dst = torch.zeros(w * 32, 4, dtype=torch.int32)
+    _launch(lib, "ldm", w, [values.to(torch.int16).reshape(-1).contiguous(),
+                            place.to(torch.int64).reshape(-1).contiguous(), dst], [count, int(trans)])
+    got = dst.to(torch.int64).reshape(w, 32, 4) & 0xffffffff
+    for lane in range(32):
+        for reg in range(count):
+            for half in range(2):
+                m, r, c = ldmatrix_element(lane, reg, half, trans)
+                want = values[:, 8 * m + r, c]
+                assert torch.equal((got[:, lane, reg] >> (16 * half)) & 0xffff, want), \
+                    f"x{count}{' trans' if trans else ''}: lane {lane} register {reg} half {half}"
+
+
+@pytest.mark.parametrize("arch_target", ["h200", "b200"])
+def test_the_modelled_ptx_becomes_hmma_and_ldsm_on_the_device(arch_target):
+    from regen.sass import missing_instructions
+    from regen.toolchains.nvrtc import Toolchain
+    toolchain = Toolchain(disassemble=True)
+    if toolchain.problem():
+        pytest.skip(toolchain.problem())
+    result = toolchain.compile(SOURCE, target(arch_target))
+    assert result.ok, result.log
+    if result.disassembly is None:
+        pytest.skip("no SASS here: cuobjdump / nvdisasm missing")
+    assert missing_instructions(result.disassembly, ["HMMA.16816.F32.BF16", "HMMA.16816.F32"],
+                                kernel="mma") == []
+    assert missing_instructions(result.disassembly, ["LDSM.16.M88.4", "LDSM.16.MT88.4",
+                                                     "LDSM.16.M88.2", "LDSM.16.M88"], kernel="ldm") == []
