@@ -246,3 +246,54 @@ def test_an_invalid_tensor_map_declaration_names_file_and_field(body, field, mes
     line = str(err.value)
     assert "\n" not in line and line.startswith("h/launch.yaml"), line
     assert field in line and message in line, line
+GROUPED = """\
+launches:
+  - {kernel: first, args: [x]}
+  - repeat: "NL"
+    index: layer
+    launches:
+      - {kernel: norm, when: "layer == 0", args: [x, {tensor: w, offset: "layer * N"}, layer]}
+      - {kernel: norm, when: "layer > 0", args: [y, {tensor: w, offset: "layer * N"}, layer]}
+      - {kernel: mix, args: [{tensor: y, offset: "(layer % 2) * N"}]}
+  - {kernel: last, args: [y]}
+"""
+
+
+def test_a_repeat_group_runs_its_launches_per_iteration_with_offset_views():
+    recipe = parse_recipe(GROUPED)
+    assert [x.kernel for x in recipe.all_launches()] == ["first", "norm", "norm", "mix", "last"]
+    bound = bind(recipe, {"NL": 3, "N": 10, "T": "float32"}, {"x", "y", "w"}, "float32")
+    assert [b.kernel for b in bound] == ["first", "norm", "mix", "norm", "mix", "norm", "mix", "last"]
+    assert [b.args[1].offset for b in bound if b.kernel == "norm"] == [0, 10, 20]
+    assert [b.args[0].value for b in bound if b.kernel == "norm"] == ["x", "y", "y"]
+    assert [b.args[0].offset for b in bound if b.kernel == "mix"] == [0, 10, 0]
+    assert bound[1].args[2] == BoundArg("int64", 0) and bound[5].args[2] == BoundArg("int64", 2)
+    assert [b.kernel for b in bind(recipe, {"NL": 0, "N": 1, "T": "float32"}, {"x", "y", "w"},
+                                   "float32")] == ["first", "last"]
+
+
+def test_a_repeat_group_refuses_bad_counts_offsets_and_nesting():
+    recipe = parse_recipe(GROUPED)
+    with pytest.raises(ValueError, match="repeat 'NL' gives -1; expected an integer"):
+        bind(recipe, {"NL": -1, "N": 1, "T": "float32"}, {"x", "y", "w"}, "float32")
+    with pytest.raises(ValueError, match="offset 'layer \\* N' of w gives -3"):
+        bind(recipe, {"NL": 2, "N": -3, "T": "float32"}, {"x", "y", "w"}, "float32")
+    with pytest.raises(ValueError, match="repeat index 'layer' is also a symbol"):
+        bind(recipe, {"NL": 2, "N": 1, "layer": 1, "T": "float32"}, {"x", "y", "w"}, "float32")
+    nested = GROUPED.replace("      - {kernel: mix,", "      - {repeat: 2, launches: [{kernel: a, args: []}]}\n"
+                                                   "      - {kernel: mix,")
+    with pytest.raises(InputError, match="launches.1.launches.2"):
+        parse_recipe(nested, "launch.yaml")
+    with pytest.raises(InputError) as err:
+        parse_recipe(GROUPED.replace("index: layer", "index: Layer"), "launch.yaml")
+    assert "launches.1.index" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_view_outside_its_buffer_is_refused_where_the_pointer_is_made():
+    import torch
+
+    from regen.recipe import tensor_pointer
+    t = torch.zeros(10, dtype=torch.float32)
+    assert tensor_pointer(BoundArg("tensor", "w", 3), t, "k") == t.data_ptr() + 12
+    with pytest.raises(RuntimeError, match="offset 10 lies outside buffer 'w' of 10 elements"):
+        tensor_pointer(BoundArg("tensor", "w", 10), t, "k")

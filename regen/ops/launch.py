@@ -59,14 +59,28 @@ def bind_recipe(recipe: dict, env: dict, buffers, dtype: str, shapes: dict | Non
     out = []
     maps = {m["name"]: m for m in recipe.get("tensor_maps") or []}
     bound_maps: dict = {}
+    timeline = (recipe.get("timeline") or {}).get("buffer")
+    if timeline is not None:   # never profiled here: no records
+        env = {**env, "timeline_slots": 0}
     for launch in recipe["launches"]:
+        if "repeat" in launch:
+            raise NoLaunch("the recipe has repeat groups (an unfused plan over layers), which "
+                           "regen.ops does not launch")
         when = launch.get("when")
         if when is not None and not evaluate(when, env):
             continue
         args = []
         for a in launch["args"]:
+            if isinstance(a, dict):
+                if a.get("offset", 0) != 0:
+                    raise NoLaunch("the recipe passes tensor views at an offset, which regen.ops "
+                                   "does not launch")
+                a = a["tensor"]
             if isinstance(a, str) and a in buffers:
                 args.append(("tensor", a))
+                continue
+            if a == timeline:   # the instrumentation contract's buffer: null unless profiled
+                args.append(("int64", 0))
                 continue
             if isinstance(a, str) and a in maps:
                 if a not in bound_maps:

@@ -238,7 +238,11 @@ class Runtime:
                     placed[where] = end
                     staged.append((arg.value, end, t.nbytes))
                     end += (t.nbytes + 63) // 64 * 64
-                args.append(["ptr", placed[where]])
+                offset = getattr(arg, "offset", 0)   # a view {tensor, offset} into the buffer
+                if offset and not 0 <= offset < t.numel():
+                    raise RuntimeError(f"offset {offset} lies outside buffer {arg.value!r} "
+                                       f"of {t.numel()} elements")
+                args.append(["ptr", placed[where] + offset * t.element_size()])
             calls.append([launch.kernel, args])
         _check_disjoint(placed)
         self._staged, self._after = [], None  # the arena is about to hold this launch's buffers

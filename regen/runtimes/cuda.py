@@ -18,7 +18,7 @@ from cuda.bindings import driver
 
 from ..cudadrv import TensorMapCache, check, param_sizes
 from ..cudadrv import call as _call
-from ..recipe import BoundArg, BoundLaunch, dtype_name
+from ..recipe import BoundArg, BoundLaunch, dtype_name, tensor_pointer
 from ..tensormap import PARAM_BYTES, check_buffer
 from .events import Stall, Timer
 
@@ -56,7 +56,7 @@ def _param_value(kernel: str, index: int, arg: BoundArg, buffers: dict):
         if not isinstance(tensor, torch.Tensor):
             raise RuntimeError(f"{where}: buffer {arg.value!r} is a {type(tensor).__name__}, "
                                f"expected a torch.Tensor")
-        return ctypes.c_uint64(tensor.data_ptr())
+        return ctypes.c_uint64(tensor_pointer(arg, tensor, where))
     ctype = _CTYPES.get(arg.kind)
     if ctype is None:
         raise RuntimeError(f"{where}: unknown argument kind {arg.kind!r}")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ..recipe import BoundArg, tensor_pointer
 from .events import Stall, Timer
 
 # recipe argument kind -> (struct format, size): sizes double as alignments in the kernarg segment
@@ -60,8 +61,9 @@ def pack_args(kernel: str, args, pointer_of) -> bytes:
     for i, (arg, offset) in enumerate(zip(args, offsets)):
         where = f"kernel {kernel!r} argument {i}"
         fmt, _ = ARG_FORMATS[arg.kind]
-        if arg.kind == "tensor":
-            value = pointer_of(arg.value)
+        if arg.kind == "tensor":   # a view `offset` elements in: the runtime checks its range
+            view = getattr(arg, "offset", 0)
+            value = pointer_of(arg.value) if not view else pointer_of(arg.value, view)
         elif arg.kind in _INT_RANGE:
             low, high = _INT_RANGE[arg.kind]
             value = int(arg.value)
@@ -259,11 +261,11 @@ class Runtime:
     def launch(self, launches, buffers: dict) -> None:
         stream = self.hip.ihipStream_t.fromObj(torch.cuda.current_stream().cuda_stream)
 
-        def pointer_of(name: str) -> int:
+        def pointer_of(name: str, offset: int = 0) -> int:
             tensor = buffers.get(name)
             if not isinstance(tensor, torch.Tensor):
                 raise RuntimeError(f"no tensor buffer named {name!r}")
-            return tensor.data_ptr()
+            return tensor_pointer(BoundArg("tensor", name, offset), tensor, f"buffer {name!r}")
 
         for launch in launches:
             fn = self.function(launch.kernel)
