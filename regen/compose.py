@@ -60,10 +60,14 @@ def resolve(project, spec) -> Resolved:
             raise _err(spec, f"unknown component {step.kernel!r}: no specs/{step.kernel}.yaml",
                        f"{where}.kernel")
         cspec = project.spec(step.kernel)
-        if cspec.composition is not None:
-            raise _err(spec, f"component {step.kernel!r} is itself composed; compose its steps "
-                       "here instead", f"{where}.kernel")
+        if cspec.composition is not None:   # nested: its own composition is checked first
+            inner = project.composition(step.kernel)
+            if step.repeat is not None and any(b.step.repeat is not None for b in inner.steps):
+                raise _err(spec, f"component {step.kernel!r} has a repeated step of its own; a "
+                           "repeated step inside a repeated step is not supported",
+                           f"{where}.repeat")
         _check_bindings(spec, step, cspec, where)
+        _check_carry(spec, step, cspec, where)
         bound[step.name] = BoundStep(i, step, cspec)
     graph = nx.DiGraph()
     for name, b in bound.items():
@@ -127,6 +131,18 @@ def _check_bindings(spec, step, cspec, where: str) -> None:
                    f"{where}.inputs")
 
 
+def _check_carry(spec, step, cspec, where: str) -> None:
+    """A carried value: an output of the component feeding one of its inputs on the next
+    iteration (their shapes and dtypes are compared per case)."""
+    outs = {t.name for t in cspec.signature.outputs}
+    for k, out in step.carry.items():
+        if k not in {t.name for t in cspec.signature.inputs}:
+            raise _err(spec, f"{step.kernel} has no input {k!r} to carry into", f"{where}.carry.{k}")
+        if out not in outs:
+            raise _err(spec, f"{step.kernel} has no output {out!r} to carry (its outputs: "
+                       f"{sorted(outs)})", f"{where}.carry.{k}")
+
+
 def _assign_buffers(spec, res: Resolved) -> None:
     """Which buffer each step tensor lives in: a composed input or output, the buffer an in-place
     output updates, or a workspace `<step>__<tensor>`. Refuses a read of a buffer's old contents
@@ -154,6 +170,10 @@ def _assign_buffers(spec, res: Resolved) -> None:
             b.buffers[k] = buf
         for t in b.spec.signature.outputs:
             src = f"{b.step.name}.{t.name}"
+            if t.name in b.step.carry.values() and src in source_of_output:
+                raise _err(spec, f"{src} is carried from iteration to iteration; an output needs "
+                           "a buffer of its own (feed it through a later step)",
+                           f"composition.outputs.{source_of_output[src]}")
             if t.inplace_of:
                 buf = b.buffers[t.inplace_of]
                 if buf in inputs and buf not in inplace_inputs:
@@ -222,6 +242,8 @@ def _check_case(spec, res: Resolved, case, ci: int) -> None:
         if senv["T"] not in b.spec.signature.dtypes:
             raise _err(spec, f"case {label}: {b.step.kernel} runs in {senv['T']}, which its "
                        f"signature.dtypes {b.spec.signature.dtypes} does not list", f"{where}.dtype")
+        count = repeat_count(b.step, env, spec, label, where)
+        layered = {k for k, e in b.step.inputs.items() if e.layer}
         for t in b.spec.signature.inputs:
             edge = b.step.inputs[t.name]
             have_dtype, have_shape = known[edge.source]
@@ -230,13 +252,32 @@ def _check_case(spec, res: Resolved, case, ci: int) -> None:
             if have_dtype != want_dtype:
                 raise _err(spec, f"case {label}: {edge.source} is {have_dtype}, but "
                            f"{b.step.kernel}.{t.name} takes {want_dtype}", f)
+            if edge.layer:   # one slice per iteration along the first dimension
+                if not have_shape or have_shape[0] != count:
+                    raise _err(spec, f"case {label}: {edge.source} has shape {have_shape}; a "
+                               f"per-layer input of {count} iterations needs a first dimension "
+                               f"of {count}", f)
+                have_shape = have_shape[1:]
             if have_shape != want_shape and not (edge.view and _numel(have_shape) == _numel(want_shape)):
                 hint = (" (same number of elements: add view: true to reshape)"
                         if _numel(have_shape) == _numel(want_shape) else "")
-                raise _err(spec, f"case {label}: {edge.source} has shape {have_shape}, but "
+                what = f"a slice of {edge.source}" if edge.layer else edge.source
+                raise _err(spec, f"case {label}: {what} has shape {have_shape}, but "
                            f"{b.step.kernel}.{t.name} takes {want_shape}{hint}", f)
+        outs = {t.name: t for t in b.spec.signature.outputs}
+        for k, out in b.step.carry.items():
+            t_in = next(t for t in b.spec.signature.inputs if t.name == k)
+            have = (_dtype(outs[out], senv), _shape(outs[out], senv))
+            want = (_dtype(t_in, senv), _shape(t_in, senv))
+            if have != want:
+                raise _err(spec, f"case {label}: {b.step.kernel}.{out} is {have[0]} {have[1]}, "
+                           f"but the {k} it is carried into takes {want[0]} {want[1]}",
+                           f"{where}.carry.{k}")
         for t in b.spec.signature.outputs:
-            known[f"{b.step.name}.{t.name}"] = (_dtype(t, senv), _shape(t, senv))
+            shape = _shape(t, senv)
+            if t.inplace_of in layered:   # the whole stacked buffer, every slice updated
+                shape = [count, *shape]
+            known[f"{b.step.name}.{t.name}"] = (_dtype(t, senv), shape)
     for out in spec.signature.outputs:
         src = res.outputs[out.name]
         edge = spec.composition.outputs[out.name]
@@ -246,6 +287,20 @@ def _check_case(spec, res: Resolved, case, ci: int) -> None:
                 edge.view and _numel(have_shape) == _numel(want_shape))):
             raise _err(spec, f"case {label}: {src} is {have_dtype} {have_shape}, but output "
                        f"{out.name} is {want_dtype} {want_shape}", f"composition.outputs.{out.name}")
+
+
+def repeat_count(step, env: dict, spec=None, label: str = "", where: str = "") -> int | None:
+    """How many times a step runs for one case of the composed spec (None: not repeated)."""
+    if step.repeat is None:
+        return None
+    try:
+        n = expr.evaluate(step.repeat, env)
+    except expr.ExprError as exc:
+        raise _err(spec, f"case {label}: {exc}", f"{where}.repeat") from None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise _err(spec, f"case {label}: repeat {step.repeat!r} gives {n!r}; expected a whole "
+                   "number of iterations, at least 1", f"{where}.repeat")
+    return n
 
 
 def _numel(shape) -> int:
@@ -258,29 +313,24 @@ def _numel(shape) -> int:
 # -- the composed reference (run by regen.oracle.compose in the judge's child) ---------------------
 def oracle_job(project, spec) -> dict:
     """What the child needs to compose the reference: the steps in order with their component
-    specs and oracle files. JSON only."""
+    specs and oracle files (a composed component: its own job, nested), and for a repeated step
+    its count, per-layer inputs and carried values. JSON only."""
     res = resolve(project, spec)
-    return {"steps": [{"name": b.step.name, "kernel": b.step.kernel,
-                       "spec": b.spec.model_dump(mode="json"),
-                       "oracle": str(project.oracle_path(b.step.kernel).resolve()),
-                       "sizes": dict(b.step.sizes), "params": dict(b.step.params),
-                       "dtype": b.step.dtype,
-                       "inputs": {k: e.source for k, e in b.step.inputs.items()}}
-                      for b in res.steps],
-            "outputs": dict(res.outputs)}
-
-
-def verify_components(project, spec) -> dict:
-    """What of the components decides the composed reference: their oracles and tolerances (a
-    change re-verifies the composed kernel; their intent and interface reach it through their
-    entries, in the generate key)."""
-    out = {}
-    for name in spec.composition.kernels():
-        cspec = project.spec(name)
-        out[f"component.{name}.oracle"] = project.oracle_digest(name)
-        out[f"component.{name}.tolerance"] = {k: v.model_dump()
-                                              for k, v in sorted(cspec.tolerance.items())}
-    return out
+    steps = []
+    for b in res.steps:
+        step = {"name": b.step.name, "kernel": b.step.kernel,
+                "spec": b.spec.model_dump(mode="json"),
+                "oracle": str(project.oracle_path(b.step.kernel).resolve()),
+                "sizes": dict(b.step.sizes), "params": dict(b.step.params),
+                "dtype": b.step.dtype,
+                "inputs": {k: e.source for k, e in b.step.inputs.items()}}
+        if b.spec.composition is not None:
+            step["job"] = oracle_job(project, b.spec)
+        if b.step.repeat is not None:
+            step.update({"repeat": b.step.repeat, "carry": dict(b.step.carry),
+                         "layer": sorted(k for k, e in b.step.inputs.items() if e.layer)})
+        steps.append(step)
+    return {"steps": steps, "outputs": dict(res.outputs)}
 
 
 # -- the unfused plan ------------------------------------------------------------------------------
@@ -289,66 +339,208 @@ class ComposeError(Exception):
 
 
 def unfused(project, store, spec, target) -> tuple[str, str, dict]:
-    """(source, launch.yaml, provenance) of the unfused plan of `spec` on `target`: the components'
-    current entries, launched in the composition's order with the intermediates as workspaces."""
+    """(source, launch.yaml, provenance) of the unfused plan of `spec` on `target`: the leaf
+    components' current entries (a composed component is expanded into its own steps), launched
+    in the composition's order with the intermediates as workspaces; a repeated step is a repeat
+    group whose per-layer inputs are views into the stacked buffers."""
     from . import yamlio
-    from .dtypes import short
     from .recipe import parse_recipe
 
-    res = resolve(project, spec)
-    entries = {}
-    for name in spec.composition.kernels():
-        e = store.current(name, target.name)
-        if e is None:
-            raise ComposeError(f"component {name} has no artifact for {target.name} "
-                               f"(build it first: regen build {name} -t {target.name})")
-        entries[name] = e
-    parts, launches, workspace = [], [], []
-    for name in spec.composition.kernels():
-        parts.append((name, entries[name].source()))
-    for b in res.steps:
-        recipe = parse_recipe(entries[b.step.kernel].recipe(),
-                              f"cache entry {entries[b.step.kernel].id} launch.yaml")
-        mapping = _symbol_map(b)
-        buffers = dict(b.buffers)
-        buffers.update({w.name: f"{b.step.name}__{w.name}" for w in recipe.workspace})
-        for w in recipe.workspace:
-            workspace.append({"name": buffers[w.name],
-                              "dtype": (mapping["T"] if w.dtype == "T" else w.dtype),
-                              "shape": [expr.substitute(d, mapping) for d in w.shape],
-                              "zero": w.zero})
-        for launch in recipe.launches:
-            kernel = launch.kernel if b.step.dtype == "T" else \
-                launch.kernel.replace("{dtype}", short(b.step.dtype))
-            item = {"kernel": kernel,
-                    "grid": [expr.substitute(d, mapping) for d in launch.grid],
-                    "block": [expr.substitute(d, mapping) for d in launch.block],
-                    "shared_mem": expr.substitute(launch.shared_mem, mapping),
-                    "args": [_arg(a, buffers, mapping) for a in launch.args]}
-            if launch.when is not None:
-                item["when"] = expr.substitute(launch.when, mapping)
-            launches.append(item)
-    for buf, (step_name, tensor) in res.workspaces.items():
-        b = next(s for s in res.steps if s.step.name == step_name)
-        t = next(t for t in b.spec.signature.outputs if t.name == tensor)
-        mapping = _symbol_map(b)
-        workspace.append({"name": buf, "dtype": mapping["T"] if t.dtype == "T" else t.dtype,
-                          "shape": [expr.substitute(d, mapping) for d in t.shape]})
+    plan = _Plan(project, store, target)
+    top = resolve(project, spec)
+    plan.emit(top, {}, {t.name: _Ref(t.name) for t in spec.signature.tensors}, "", None,
+              plan.launches)
     recipe_text = ("# the unfused plan of " + spec.name + ": made by regen from the components' "
                    "entries (regen/compose.py), not generated\n"
-                   + yamlio.yaml.safe_dump({"launches": launches, "workspace": workspace},
+                   + yamlio.yaml.safe_dump({"launches": plan.launches,
+                                            "workspace": plan.workspace + plan.intermediates},
                                            sort_keys=False, width=100))
     parse_recipe(recipe_text, f"the unfused plan of {spec.name}")   # what the judge will read
-    source = combine_sources(parts, target.language)
+    source = combine_sources([(name, e.source()) for name, e in sorted(plan.entries.items())],
+                             target.language)
     provenance = {"generator": COMPOSER,
                   "note": "the unfused plan: the components' verified kernels launched in order, "
                           "with the intermediates as workspaces; made by regen, no generator call",
                   "components": {name: {"entry": e.id, "source": e.source_digest,
                                         "recipe": e.recipe_digest}
-                                 for name, e in sorted(entries.items())},
-                  "steps": [f"{b.step.name}: {b.step.kernel}" for b in res.steps],
-                  "composition": keys.digest(spec.composition.model_dump(mode="json"))}
+                                 for name, e in sorted(plan.entries.items())},
+                  "steps": [f"{b.step.name}: {b.step.kernel}" + (f" x {b.step.repeat}"
+                                                                   if b.step.repeat else "")
+                            for b in top.steps],
+                  "composition": keys.digest(spec.composition.key_dump())}
     return source, recipe_text, provenance
+
+
+@dataclass
+class _Ref:
+    """Where a tensor of some level of the plan lives: a buffer of the top-level recipe, `offset`
+    elements in (an expression of the top level's names and repeat indices); `first`: where it
+    lives on a repeat group's first iteration instead (a carried input)."""
+    buffer: str
+    offset: str = "0"
+    first: "_Ref | None" = None
+
+    def arg(self):
+        return self.buffer if self.offset == "0" else {"tensor": self.buffer, "offset": self.offset}
+
+
+def _mul(a: str, b: str) -> str:
+    return f"({a}) * ({b})"
+
+
+def _add(a: str, b: str) -> str:
+    return b if a == "0" else f"({a}) + ({b})"
+
+
+class _Plan:
+    """The unfused plan being written: launches (and repeat groups), workspaces, the leaf entries."""
+
+    def __init__(self, project, store, target):
+        self.project, self.store, self.target = project, store, target
+        self.launches: list = []
+        self.workspace: list = []       # the components' own workspaces, in step order
+        self.intermediates: list = []   # the tensors between steps, after them
+        self.entries: dict = {}
+
+    def entry(self, kernel: str):
+        if kernel not in self.entries:
+            e = self.store.current(kernel, self.target.name)
+            if e is None:
+                raise ComposeError(f"component {kernel} has no artifact for {self.target.name} "
+                                   f"(build it first: regen build {kernel} -t {self.target.name})")
+            self.entries[kernel] = e
+        return self.entries[kernel]
+
+    def emit(self, res: Resolved, sym: dict, refs: dict, prefix: str,
+             group: tuple[str, str] | None, out: list) -> None:
+        """Append the launches of one level to `out`. sym: this level's symbols and parameters ->
+        expressions of the top level's names; refs: this level's inputs and outputs -> _Ref;
+        prefix: its workspaces' name prefix; group: the enclosing repeat group's (index, count)."""
+        level: dict[str, _Ref] = dict(refs)
+        for buf, (step_name, tensor) in res.workspaces.items():
+            b = next(x for x in res.steps if x.step.name == step_name)
+            t = next(x for x in b.spec.signature.outputs if x.name == tensor)
+            mapping = _over(_symbol_map(b), sym)
+            shape = [expr.substitute(d, mapping) for d in t.shape]
+            name = prefix + buf
+            if tensor in b.step.carry.values():   # ping-pong: iteration i writes slot i % 2
+                count = expr.substitute(b.step.repeat, sym)
+                shape = [2, *shape]
+                level[buf] = _Ref(name, _mul(f"(({count}) - 1) % 2", _numel_expr(shape[1:])))
+            else:
+                level[buf] = _Ref(name)
+            self.intermediates.append({"name": name, "dtype": mapping["T"] if t.dtype == "T"
+                                       else t.dtype, "shape": shape})
+        for b in res.steps:
+            mapping = _over(_symbol_map(b), sym)
+            step_refs = {k: level[buf] for k, buf in b.buffers.items()}
+            if b.step.repeat is None:
+                self.component(b, mapping, step_refs, prefix + b.step.name + "__", group, out)
+                continue
+            if group is not None:
+                raise ComposeError(f"step {b.step.name}: a repeated step inside a repeated step")
+            idx = f"{b.step.name}_index"
+            count = expr.substitute(b.step.repeat, sym)
+            shapes = {t.name: [expr.substitute(d, mapping) for d in t.shape]
+                      for t in b.spec.signature.tensors}
+            layered = {k for k, e in b.step.inputs.items() if e.layer}
+            for t in b.spec.signature.inputs:
+                if t.name in layered:
+                    r = step_refs[t.name]
+                    step_refs[t.name] = _Ref(r.buffer, _add(r.offset, _mul(idx, _numel_expr(
+                        shapes[t.name]))))
+            for t in b.spec.signature.outputs:
+                if t.inplace_of in layered:
+                    step_refs[t.name] = step_refs[t.inplace_of]
+                elif t.name in b.step.carry.values():
+                    r = step_refs[t.name]   # the workspace's two slots
+                    step_refs[t.name] = _Ref(r.buffer, _mul(f"{idx} % 2", _numel_expr(shapes[t.name])))
+            for k, o in b.step.carry.items():
+                r = level[b.buffers[o]]
+                step_refs[k] = _Ref(r.buffer, _mul(f"({idx} - 1) % 2", _numel_expr(shapes[o])),
+                                    first=step_refs[k])
+            inner: list = []
+            self.component(b, mapping, step_refs, prefix + b.step.name + "__", (idx, count), inner)
+            out.append({"repeat": count, "index": idx, "launches": inner})
+
+    def component(self, b: BoundStep, mapping: dict, refs: dict, prefix: str,
+                  group: tuple[str, str] | None, out: list) -> None:
+        """One step's component: a composed one expanded, a leaf one's recipe rewritten."""
+        from .dtypes import short
+        from .recipe import Repeat, TensorArg, parse_recipe
+
+        if b.spec.composition is not None:
+            inner = self.project.composition(b.spec.name)
+            self.emit(inner, mapping, refs, prefix, group, out)
+            return
+        e = self.entry(b.step.kernel)
+        recipe = parse_recipe(e.recipe(), f"cache entry {e.id} launch.yaml")
+        mapping = {**mapping, "timeline_slots": "0"}   # a component is never profiled here
+        timeline = recipe.timeline.buffer if recipe.timeline is not None else None
+        local = dict(refs)
+        for w in recipe.workspace:
+            shape = [expr.substitute(d, mapping) for d in w.shape]
+            name = prefix + w.name
+            item = {"name": name, "dtype": mapping["T"] if w.dtype == "T" else w.dtype,
+                    "shape": shape, "zero": w.zero}
+            local[w.name] = _Ref(name)
+            if w.zero and group is not None:   # zeroed before every iteration: a slice each
+                item["shape"] = [group[1], *shape]
+                local[w.name] = _Ref(name, _mul(group[0], _numel_expr(shape)))
+            self.workspace.append(item)
+        for item in recipe.launches:
+            if isinstance(item, Repeat):
+                raise ComposeError(f"component {b.step.kernel}'s recipe has a repeat group; an "
+                                   "unfused plan does not nest one")
+            kernel = item.kernel if b.step.dtype == "T" else \
+                item.kernel.replace("{dtype}", short(b.step.dtype))
+            args = [a.tensor if isinstance(a, TensorArg) and a.offset == 0 else a
+                    for a in item.args]
+            if any(isinstance(a, TensorArg) for a in args):
+                raise ComposeError(f"component {b.step.kernel}'s recipe passes a tensor at an "
+                                   "offset; an unfused plan does not rewrite such views")
+            first = any(isinstance(a, str) and a in local and local[a].first is not None
+                        for a in args)
+            variants = [(None, False)] if not first else [(f"{group[0]} == 0", True),
+                                                         (f"{group[0]} > 0", False)]
+            for cond, on_first in variants:
+                launch = {"kernel": kernel,
+                          "grid": [expr.substitute(d, mapping) for d in item.grid],
+                          "block": [expr.substitute(d, mapping) for d in item.block],
+                          "shared_mem": expr.substitute(item.shared_mem, mapping),
+                          "args": [self._arg(a, local, mapping, timeline, on_first)
+                                   for a in args]}
+                when = expr.substitute(item.when, mapping) if item.when is not None else None
+                if cond is not None:
+                    when = cond if when is None else f"({when}) and {cond}"
+                if when is not None:
+                    launch["when"] = when
+                out.append(launch)
+
+    @staticmethod
+    def _arg(a, local: dict, mapping: dict, timeline: str | None, on_first: bool):
+        from .recipe import split_typed
+
+        if isinstance(a, str) and a in local:
+            r = local[a]
+            return (r.first if on_first and r.first is not None else r).arg()
+        if a == timeline:
+            return "int64:0"
+        if not isinstance(a, str):
+            return a
+        typ, text = split_typed(a)
+        out = expr.substitute(text, mapping)
+        return f"{typ}:{out}" if typ else out
+
+
+def _over(mapping: dict, sym: dict) -> dict:
+    """A component's names -> expressions of the top level (through this level's `sym`)."""
+    return {k: expr.substitute(v, sym) if isinstance(v, str) and sym else v
+            for k, v in mapping.items()}
+
+
+def _numel_expr(shape: list) -> str:
+    return " * ".join(f"({d})" for d in shape) if shape else "1"
 
 
 def _symbol_map(b: BoundStep) -> dict[str, str]:
@@ -362,18 +554,6 @@ def _symbol_map(b: BoundStep) -> dict[str, str]:
             mapping[p.name] = repr(p.default)
     mapping["T"] = "T" if b.step.dtype == "T" else b.step.dtype
     return mapping
-
-
-def _arg(arg, buffers: dict[str, str], mapping: dict[str, str]):
-    from .recipe import split_typed
-
-    if isinstance(arg, str) and arg in buffers:
-        return buffers[arg]
-    if not isinstance(arg, str):
-        return arg
-    typ, text = split_typed(arg)
-    out = expr.substitute(text, mapping)
-    return f"{typ}:{out}" if typ else out
 
 
 _INCLUDE = re.compile(r"^\s*#\s*(include|pragma\s+once)\b")

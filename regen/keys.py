@@ -112,7 +112,7 @@ def generate_components(spec: Spec, view: dict, component_entries: dict[str, str
              "signature": sig, "salt": spec.salt,
              "invariants": [{"name": i.name, "description": normalise_prose(i.description)}
                             for i in spec.invariants]}
-    composition = {"spec.composition": spec.composition.model_dump(mode="json")} \
+    composition = {"spec.composition": spec.composition.key_dump()} \
         if spec.composition is not None else {}   # absent otherwise: no other key changes
     return {
         **{f"spec.{name}": shown[name] for name in GENERATE_SPEC_FIELDS},
@@ -167,15 +167,21 @@ def composed_verify(spec: Spec, oracle_digest_of, spec_of) -> dict:
     """A composed spec's verify components from its components: each one's oracle digest and
     tolerances (`component.rmsnorm.oracle`, ...). A change there re-verifies the composed kernel;
     a change of a component's intent or interface reaches it through the component's entry id, a
-    generate component. Empty for a spec that is not composed (its key is unchanged)."""
+    generate component. A composed component's reference is its own components', so theirs
+    are listed (transitively), not its own. Empty for a spec that is not composed (its key is
+    unchanged)."""
     if spec.composition is None:
         return {}
     out = {}
     for name in spec.composition.kernels():
+        inner = spec_of(name)
+        if inner.composition is not None:
+            out.update(composed_verify(inner, oracle_digest_of, spec_of))
+            continue
         out[f"component.{name}.oracle"] = oracle_digest_of(name)
         out[f"component.{name}.tolerance"] = {k: v.model_dump()
-                                              for k, v in sorted(spec_of(name).tolerance.items())}
-    return out
+                                              for k, v in sorted(inner.tolerance.items())}
+    return dict(sorted(out.items()))
 
 
 def _case_dump(case) -> dict:

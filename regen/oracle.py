@@ -11,7 +11,11 @@ Contract (nothing from regen is imported by an oracle):
         Computes every output (in higher precision where it matters); compared in float64.
     def check(inputs, outputs, case) -> list[str]            (optional)
         Invariant checks on the candidate's outputs: one message per violated invariant,
-        starting with the invariant's name.
+        starting with the invariant's name. Written with a fourth argument,
+        check(inputs, outputs, case, reference), it also gets the reference outputs the
+        candidate's were compared with (float64), for an invariant stated relative to them
+        (the decode step's argmax wherever the reference's top-2 margin is clear);
+        case.tolerance holds the case's bound (.atol, .rtol; None for an exact dtype).
     def baseline(inputs, case) -> dict[str, torch.Tensor]    (optional)
         What a user would run without regen (timed beside the kernel).
     def peers() -> dict[str, callable]                         (optional)
@@ -73,6 +77,8 @@ def check_oracle(path: Path, composed: bool = False) -> None:
     for name, fn in funcs.items():
         if name in arity:
             n = len(fn.args.args)
+            if name == "check" and n == 4:   # check(inputs, outputs, case, reference)
+                continue
             if n != arity[name]:
                 raise InputError(f"{name}() takes {n} arguments; expected {arity[name]}",
                                  file=str(path), field=name, line=fn.lineno)
@@ -177,6 +183,25 @@ def legacy_digests(path: Path) -> dict[str, str]:
     return out
 
 
+def check_takes_reference(oracle) -> bool:
+    """Whether the oracle's check() has the four-argument form (it gets the reference outputs)."""
+    import inspect
+
+    fn = getattr(oracle, "check", None)
+    try:
+        return fn is not None and len(inspect.signature(fn).parameters) == 4
+    except (TypeError, ValueError):
+        return False
+
+
+def run_check(oracle, inputs, outputs, case, reference) -> list[str]:
+    """An oracle's check() called in the form it is written in (3 or 4 arguments)."""
+    module = getattr(oracle, "_module", oracle)   # a GuardedOracle: the form of the wrapped one
+    if check_takes_reference(getattr(module, "_module", module)):
+        return oracle.check(inputs, outputs, case, reference) or []
+    return oracle.check(inputs, outputs, case) or []
+
+
 def load_oracle(path: Path):
     """Import an oracle module (worker process only: this imports torch)."""
     import importlib.util
@@ -205,6 +230,10 @@ def compose(job: dict, inputs: dict, case, load=None) -> dict:
     load = load or _loaded
     env = {**case.sizes, **case.params, "T": str(case.dtype).removeprefix("torch.")}
     values = {k: v for k, v in inputs.items()}
+
+    def f64(x):
+        return x.to(torch.float64) if x.dtype.is_floating_point else x
+
     for step in job["steps"]:
         cspec = Spec.model_validate(step["spec"])
         senv = step_env(_StepView(step), cspec, env)
@@ -212,19 +241,42 @@ def compose(job: dict, inputs: dict, case, load=None) -> dict:
             sizes={k: senv[k] for k in step["sizes"]}, dtype=getattr(torch, senv["T"]),
             params={p.name: senv[p.name] for p in cspec.signature.params}, dist=case.dist,
             device=case.device, name=f"{getattr(case, 'name', '')} / {step['name']}")
-        args = {}
-        for t in cspec.signature.inputs:
-            x = values[step["inputs"][t.name]]
-            shape = [int(expr.evaluate(d, senv)) for d in t.shape]
-            x = x.reshape(shape)
-            args[t.name] = x.to(torch.float64) if x.dtype.is_floating_point else x
-        outs = load(step["oracle"]).reference(args, view)
+        shapes = {t.name: [int(expr.evaluate(d, senv)) for d in t.shape]
+                  for t in cspec.signature.tensors}
+
+        def call(args, step=step, view=view):
+            if "job" in step:   # a composed component: its own composition, in float64 throughout
+                return compose(step["job"], args, view, load)
+            return load(step["oracle"]).reference(args, view)
+
+        count = step.get("repeat")
+        count = None if count is None else int(expr.evaluate(count, env))
+        layered, carry = set(step.get("layer", ())), step.get("carry", {})
+        stacked: dict = {}    # a per-layer input updated in place: its float64 copy, all slices
+        carried: dict = {}    # input -> the previous iteration's output
+        for i in range(count or 1):
+            args = {}
+            for t in cspec.signature.inputs:
+                if t.name in carried:
+                    x = carried[t.name]
+                elif t.name in layered:
+                    x = stacked.get(t.name, values[step["inputs"][t.name]])[i]
+                else:
+                    x = values[step["inputs"][t.name]]
+                args[t.name] = f64(x.reshape(shapes[t.name]))
+            outs = call(args)
+            for t in cspec.signature.outputs:
+                if t.name not in outs:
+                    raise KeyError(f"{step['kernel']}'s reference() did not return {t.name!r}")
+                if t.inplace_of in layered:
+                    if t.inplace_of not in stacked:
+                        stacked[t.inplace_of] = f64(values[step["inputs"][t.inplace_of]]).clone()
+                    buf = stacked[t.inplace_of]
+                    buf[i] = f64(outs[t.name]).reshape(buf[i].shape)
+            carried = {k: outs[v] for k, v in carry.items()}
         for t in cspec.signature.outputs:
-            if t.name not in outs:
-                raise KeyError(f"{step['kernel']}'s reference() did not return {t.name!r}")
-            v = outs[t.name]
-            values[f"{step['name']}.{t.name}"] = v.to(torch.float64) if v.dtype.is_floating_point \
-                else v
+            v = stacked[t.inplace_of] if t.inplace_of in layered else f64(outs[t.name])
+            values[f"{step['name']}.{t.name}"] = v
     return {name: values[src] for name, src in job["outputs"].items()}
 
 

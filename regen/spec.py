@@ -372,10 +372,13 @@ class Profile(Strict):
 class Edge(Strict):
     """Where a component's input (or a composed output) comes from: an input of the composed spec
     (`x`) or an output of an earlier step (`step.tensor`). `view: true` lets a contiguous tensor
-    feed an input of another shape with the same number of elements (a reshape, no copy)."""
+    feed an input of another shape with the same number of elements (a reshape, no copy).
+    `layer: true` (a repeated step's input): the source is stacked, one slice per iteration along
+    its first dimension, and iteration i reads (or, in place, updates) slice i."""
 
     source: str = Field(alias="from", pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$")
     view: bool = False
+    layer: bool = False
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="before")
@@ -403,6 +406,20 @@ class Step(Strict):
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)
     dtype: str = "T"
     inputs: dict[str, Edge] = Field(default_factory=dict)
+    # a repeated step (a decoder's layers): the component runs `repeat` times (an expression of
+    # the spec's symbols, at least 1 on every case); `layer: true` inputs give each iteration its
+    # slice, and `carry` feeds iteration i + 1's input (key) from iteration i's output (value)
+    repeat: str | int | None = None
+    carry: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("repeat")
+    @classmethod
+    def _repeat(cls, v):
+        if isinstance(v, str):
+            expr.parse(v)
+        elif v is not None and (isinstance(v, bool) or v < 1):
+            raise ValueError(f"expected a count of at least 1 or an expression, got {v!r}")
+        return v
 
     @field_validator("dtype")
     @classmethod
@@ -427,6 +444,23 @@ class Composition(Strict):
 
     def kernels(self) -> list[str]:
         return sorted({s.kernel for s in self.steps})
+
+    def key_dump(self) -> dict:
+        """The composition as keys see it: fields added for repeated steps (repeat, carry, an
+        edge's layer) appear only where used, so compositions without them keep their keys."""
+        out = self.model_dump(mode="json")
+        for step in out["steps"]:
+            if step.get("repeat") is None:
+                step.pop("repeat", None)
+            if not step.get("carry"):
+                step.pop("carry", None)
+            for edge in step["inputs"].values():
+                if not edge.get("layer"):
+                    edge.pop("layer", None)
+        for edge in out["outputs"].values():
+            if not edge.get("layer"):
+                edge.pop("layer", None)
+        return out
 
 
 class Spec(Strict):
@@ -554,6 +588,24 @@ class Spec(Strict):
                                          f"{sorted(known)})")
             for k, edge in step.inputs.items():
                 self._check_edge(edge, f"{where}.inputs.{k}", names, inputs)
+                if edge.layer and step.repeat is None:
+                    raise ValueError(f"{where}.inputs.{k}.layer: only a repeated step (repeat:) "
+                                     "reads one slice per iteration")
+            if step.repeat is not None:
+                unknown = expr.names(step.repeat) - known
+                if unknown:
+                    raise ValueError(f"{where}.repeat: unknown names {sorted(unknown)} (expected "
+                                     f"this spec's shape symbols or parameters: {sorted(known)})")
+            elif step.carry:
+                raise ValueError(f"{where}.carry: only a repeated step (repeat:) carries a value "
+                                 "from one iteration to the next")
+            for k, out in step.carry.items():
+                if k not in step.inputs:
+                    raise ValueError(f"{where}.carry.{k}: {k!r} is not among the step's inputs "
+                                     "(the first iteration reads it from there)")
+                if step.inputs[k].layer:
+                    raise ValueError(f"{where}.carry.{k}: a carried input is one tensor, not a "
+                                     "slice per iteration (drop layer: true)")
         outputs = {t.name for t in self.signature.outputs}
         if set(comp.outputs) != outputs:
             missing, extra = sorted(outputs - set(comp.outputs)), sorted(set(comp.outputs) - outputs)

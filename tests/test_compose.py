@@ -272,3 +272,194 @@ def test_explain_names_the_component_that_will_be_rebuilt(built, tmp_path):
     explain = regen(root, "explain", "scale_twice", "-t", "cpu").stdout
     assert explain.splitlines()[:2] == ["scale_twice@cpu: compose",
                                         "  component scale will be regenerated"]
+
+
+# -- repeated steps: a model's layers, per-layer views, a carried value ---------------------------
+ADDV_SPEC = {
+    "name": "addv", "summary": "Add a vector to every row.", "intent": "y[m, n] = x[m, n] + b[n]",
+    "signature": {"dtypes": ["float32"],
+                  "inputs": [{"name": "x", "dtype": "T", "shape": ["M", "N"]},
+                             {"name": "b", "dtype": "T", "shape": ["N"]}],
+                  "outputs": [{"name": "y", "dtype": "T", "shape": ["M", "N"]}]},
+    "cases": [{"M": 1, "N": 1}, {"M": 3, "N": 5}],
+    "tolerance": {"float32": {"atol": 1.0e-6, "rtol": 1.0e-6}},
+}
+ADDV_ORACLE = '''\
+import torch
+
+
+def make_inputs(case, seed):
+    g = torch.Generator().manual_seed(seed)
+    m, n = case.sizes["M"], case.sizes["N"]
+    return {"x": torch.randn(m, n, generator=g), "b": torch.randn(n, generator=g)}
+
+
+def reference(inputs, case):
+    return {"y": inputs["x"].double() + inputs["b"].double()}
+'''
+ADDV_CPP = """\
+#include <cstdint>
+extern "C" void addv_f32(const float* x, const float* b, float* y, int64_t M, int64_t N) {
+  for (int64_t i = 0; i < M * N; ++i) y[i] = x[i] + b[i % N];
+}
+"""
+ADDV_RECIPE = "launches:\n  - kernel: addv_{dtype}\n    args: [x, b, y, M, N]\n"
+STACK = {
+    "name": "addv_stack", "summary": "Add NL vectors, then one more.",
+    "intent": "y = x + sum_l bs[l] + last",
+    "signature": {"dtypes": ["float32"],
+                  "inputs": [{"name": "x", "dtype": "T", "shape": ["M", "N"]},
+                             {"name": "bs", "dtype": "T", "shape": ["NL", "N"]},
+                             {"name": "last", "dtype": "T", "shape": ["N"]}],
+                  "outputs": [{"name": "y", "dtype": "T", "shape": ["M", "N"]}]},
+    "cases": [{"M": 1, "N": 1, "NL": 1}, {"M": 3, "N": 130, "NL": 5}],
+    "tolerance": {"float32": {"atol": 1.0e-5, "rtol": 1.0e-5}},
+    "composition": {
+        "steps": [
+            {"name": "layers", "kernel": "addv", "repeat": "NL", "carry": {"x": "y"},
+             "sizes": {"M": "M", "N": "N"},
+             "inputs": {"x": "x", "b": {"from": "bs", "layer": True}}},
+            {"name": "final", "kernel": "addv", "sizes": {"M": "M", "N": "N"},
+             "inputs": {"x": "layers.y", "b": "last"}}],
+        "outputs": {"y": "final.y"}},
+}
+STACK_ORACLE = '''\
+import torch
+
+
+def make_inputs(case, seed):
+    g = torch.Generator().manual_seed(seed)
+    m, n, nl = case.sizes["M"], case.sizes["N"], case.sizes["NL"]
+    return {"x": torch.randn(m, n, generator=g), "bs": torch.randn(nl, n, generator=g),
+            "last": torch.randn(n, generator=g)}
+'''
+
+
+@pytest.fixture(scope="module")
+def stacked(tmp_path_factory):
+    """A project whose addv is accepted on cpu and whose addv_stack repeats it NL times."""
+    root = make_project(tmp_path_factory.mktemp("stack") / "proj")
+    _write(root, ADDV_SPEC, ADDV_ORACLE)
+    _write(root, STACK, STACK_ORACLE)
+    folder = write_handoff(root / "h", "addv", "cpu", ADDV_CPP, ADDV_RECIPE, root)
+    regen(root, "accept", str(folder), check=True)
+    return root
+
+
+def test_a_repeated_step_composes_its_reference_and_its_unfused_plan_is_a_repeat_group(stacked,
+                                                                                       tmp_path):
+    import torch
+
+    from regen.oracle import ComposedOracle, load_oracle
+    project = Project(stacked)
+    oracle = ComposedOracle(load_oracle(project.oracle_path("addv_stack")),
+                            project.oracle_job(project.spec("addv_stack")))
+    from types import SimpleNamespace
+    case = SimpleNamespace(sizes={"M": 2, "N": 3, "NL": 4}, params={}, dtype=torch.float32,
+                           dist="normal", device="cpu", name="t")
+    x, bs, last = torch.randn(2, 3), torch.randn(4, 3), torch.randn(3)
+    y = oracle.reference({"x": x, "bs": bs, "last": last}, case)["y"]
+    assert torch.allclose(y, x.double() + bs.double().sum(0) + last.double(), atol=1e-12)
+    root = _copy(stacked, tmp_path)
+    proc = regen(root, "build", "addv_stack", "-t", "cpu", env={"ANTHROPIC_API_KEY": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "composed (unfused plan, 2 steps): verified" in proc.stdout
+    regen(root, "handoff", "addv_stack", "-t", "cpu", "--out", str(root / "h2"), check=True)
+    recipe = yaml.safe_load((root / "h2" / "launch.yaml").read_text())
+    group = recipe["launches"][0]
+    assert group["repeat"] == "NL" and group["index"] == "layers_index"
+    first, later = group["launches"]
+    assert first["when"] == "layers_index == 0" and first["args"][0] == "x"
+    assert later["when"] == "layers_index > 0"
+    assert later["args"][0] == {"tensor": "layers__y",
+                                "offset": "((layers_index - 1) % 2) * ((M) * (N))"}
+    assert first["args"][1] == {"tensor": "bs", "offset": "(layers_index) * ((N))"}
+    assert recipe["launches"][1]["args"][0] == {"tensor": "layers__y",
+                                                "offset": "(((NL) - 1) % 2) * ((M) * (N))"}
+    assert {"name": "layers__y", "dtype": "T", "shape": [2, "M", "N"]} in recipe["workspace"]
+
+
+def _fails_stack(root, mutate, *expected):
+    spec = json.loads(json.dumps(STACK))
+    mutate(spec)
+    _write(root, spec, STACK_ORACLE)
+    with pytest.raises(InputError) as err:
+        Project(root).composition("addv_stack")
+    for text in expected:
+        assert text in str(err.value), str(err.value)
+
+
+def test_repeated_step_errors_name_the_spec_and_field(tmp_path):
+    root = make_project(tmp_path / "proj")
+    _write(root, ADDV_SPEC, ADDV_ORACLE)
+    step = lambda s: s["composition"]["steps"][0]  # noqa: E731
+    _fails_stack(root, lambda s: step(s).update(repeat="NL + 1"),
+                 "composition.steps[0].inputs.b", "a per-layer input of 2 iterations needs a "
+                 "first dimension of 2")
+    _fails_stack(root, lambda s: step(s).update(repeat="NL - 1"),
+                 "composition.steps[0].repeat", "repeat 'NL - 1' gives 0; expected a whole number")
+    _fails_stack(root, lambda s: step(s).update(carry={"x": "z"}),
+                 "composition.steps[0].carry.x", "addv has no output 'z' to carry")
+    _fails_stack(root, lambda s: step(s).update(kernel="nothere"),
+                 "composition.steps[0].kernel", "unknown component 'nothere'")
+    _fails_stack(root, lambda s: s["composition"].update(outputs={"y": "layers.y"}),
+                 "composition.outputs.y", "is carried from iteration to iteration")
+
+
+def test_repeated_step_errors_the_spec_alone_can_see_are_load_errors(tmp_path):
+    root = make_project(tmp_path / "proj")
+    _write(root, ADDV_SPEC, ADDV_ORACLE)
+    for mutate, text in [
+        (lambda st: st.pop("repeat"), "only a repeated step (repeat:) reads one slice"),
+        (lambda st: st.update(repeat=0), "expected a count of at least 1"),
+        (lambda st: st.update(repeat="NX"), "repeat: unknown names ['NX']"),
+        (lambda st: st.update(carry={"w": "y"}), "'w' is not among the step's inputs"),
+    ]:
+        spec = json.loads(json.dumps(STACK))
+        mutate(spec["composition"]["steps"][0])
+        _write(root, spec, STACK_ORACLE)
+        proc = regen(root, "status")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert "addv_stack.yaml" in proc.stderr and text in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_composed_component_nests_and_its_leaves_key_the_outer_reference(built, tmp_path):
+    """A composed spec used as a component (scale_twice inside a repeat): its own steps run in
+    the reference and the plan, and its leaf components' oracles and tolerances are the outer
+    spec's verify-key components."""
+    import torch
+
+    from regen.oracle import ComposedOracle, load_oracle
+    root = _copy(built, tmp_path)
+    outer = {"name": "scale_deep", "summary": "scale_twice NL times.", "intent": "y = (ab)^NL x",
+             # NL is a symbol only where a shape uses it: `pad` [NL] does
+             "signature": {**TWICE["signature"], "inputs": TWICE["signature"]["inputs"] + [
+                 {"name": "pad", "dtype": "T", "shape": ["NL"]}]},
+             "cases": [{"M": 2, "N": 3, "NL": 3}],
+             "tolerance": {"float32": {"atol": 1.0e-5, "rtol": 1.0e-5}},
+             "composition": {"steps": [
+                 {"name": "twice", "kernel": "scale_twice", "repeat": "NL", "carry": {"x": "y"},
+                  "sizes": {"M": "M", "N": "N"}, "params": {"alpha": "alpha", "beta": "beta"},
+                  "inputs": {"x": "x"}},
+                 {"name": "once", "kernel": "scale", "sizes": {"M": "M", "N": "N"},
+                  "params": {"alpha": 1.0}, "inputs": {"x": "twice.y"}}],
+                 "outputs": {"y": "once.y"}}}
+    _write(root, outer, TWICE_ORACLE.replace(
+        'return {"x"', 'return {"pad": torch.randn(case.sizes["NL"], generator=g), "x"'))
+    project = Project(root)
+    spec = project.spec("scale_deep")
+    assert sorted(project.composed_verify(spec)) == ["component.scale.oracle",
+                                                     "component.scale.tolerance"]
+    oracle = ComposedOracle(load_oracle(project.oracle_path("scale_deep")), project.oracle_job(spec))
+    from types import SimpleNamespace
+    case = SimpleNamespace(sizes={"M": 2, "N": 3, "NL": 3}, params={"alpha": 2.0, "beta": 0.5},
+                           dtype=torch.float32, dist="normal", device="cpu", name="t")
+    x = torch.randn(2, 3)
+    y = oracle.reference({"x": x, "pad": torch.zeros(3)}, case)["y"]
+    assert torch.allclose(y, x.double(), atol=1e-12)   # (2 * 0.5)^3 * x
+    proc = regen(root, "build", "scale_deep", "-t", "cpu", env={"ANTHROPIC_API_KEY": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    regen(root, "handoff", "scale_deep", "-t", "cpu", "--out", str(root / "h3"), check=True)
+    recipe = yaml.safe_load((root / "h3" / "launch.yaml").read_text())
+    assert [x["kernel"] for x in recipe["launches"][0]["launches"]] == ["scale_{dtype}"] * 3

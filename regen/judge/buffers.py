@@ -69,9 +69,12 @@ class Buffers:
         """The case object the oracle receives."""
         env = self.spec.case_env(case)
         params = {p.name: env[p.name] for p in self.spec.signature.params}
+        bound = self.spec.case_tolerance(case)
         return SimpleNamespace(sizes=dict(case.sizes), dtype=self.dtype(env["T"]),
                                params=params, dist=case.dist, device=self.device,
-                               name=case.label(self.spec.signature.dtypes[0]))
+                               name=case.label(self.spec.signature.dtypes[0]),
+                               tolerance=None if bound is None else
+                               SimpleNamespace(atol=bound.atol, rtol=bound.rtol))
 
     def make_inputs(self, case, view, seed: int) -> dict:
         torch = self.torch

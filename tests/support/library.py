@@ -109,13 +109,14 @@ def _read(kernel: str, target_name: str, folder: Path | None) -> tuple[str, Reci
     return entry.source(), parse_recipe(entry.recipe(), f"cache/{kernel}/{target_name}/launch.yaml")
 
 
-def bound(kernel: str, target_name: str, case: Case, folder: Path | None = None):
+def bound(kernel: str, target_name: str, case: Case, folder: Path | None = None, extra=()):
     """The committed recipe (or that of the variant in `folder`) bound to one case:
-    (launches, recipe, env)."""
+    (launches, recipe, env). `extra`: more buffer names (a profiled run's timeline buffer)."""
     s = spec(kernel)
     recipe = committed(kernel, target_name, folder)[1]
     env = s.case_env(case)
     dtypes, shapes = buffer_layouts(s, recipe, env)   # tensor maps are checked against both
+    dtypes.update({name: "int64" for name in extra})
     return bind(recipe, env, dtypes, env["T"], shapes), recipe, env
 
 
@@ -140,9 +141,12 @@ def oracle_case(s: Spec, case: Case, device: str = "cpu"):
     import torch
     env = s.case_env(case)
     params = {p.name: env[p.name] for p in s.signature.params}
+    bound = s.case_tolerance(case)
     return types.SimpleNamespace(sizes=dict(case.sizes), dtype=getattr(torch, env["T"]),
                                  params=params, dist=case.dist, device=device,
-                                 name=case.label(s.signature.dtypes[0]))
+                                 name=case.label(s.signature.dtypes[0]),
+                                 tolerance=None if bound is None else
+                                 types.SimpleNamespace(atol=bound.atol, rtol=bound.rtol))
 
 
 def excess(out, ref, tol) -> float:
