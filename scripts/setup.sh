@@ -106,7 +106,7 @@ install_torch
 say "installing regen (editable) with its extras from PyPI, what the venv lacks of: pydantic, pyyaml,"
 say "  networkx, diskcache, numpy, cuda-bindings, NVRTC 13.0 with the CUDA runtime headers, cuobjdump"
 say "  and nvdisasm (about 150 MB), hip-python, anthropic, pytest; the fleet's fsspec, s3fs, ray"
-say "  (about 70 MB), cryptography and moto's S3 server for its tests"
+say "  (about 70 MB), cryptography, moto's S3 server for its tests and matplotlib (regen profile's chart)"
 pip_install -e ".[cuda,hip,llm,fleet,test]"
 
 "$VENV/bin/regen" --help >/dev/null

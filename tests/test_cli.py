@@ -91,7 +91,8 @@ NO_GPU = [["status"], ["status", "--json"], ["explain", "scale", "-t", "cpu"], [
           ["prompt", "scale", "-t", "cpu"], ["check"], ["build", "--dry-run"],
           ["bench", "--recorded"], ["log", "scale", "-t", "cpu"], ["gc"],
           ["handoff", "scale", "-t", "cpu", "--out", "{tmp}/h"], ["record", "--help"],
-          ["export", "-t", "cpu", "-o", "{tmp}/e"], ["taxonomy", "--declared-users"]]
+          ["export", "-t", "cpu", "-o", "{tmp}/e"], ["taxonomy", "--declared-users"],
+          ["profile", "scale", "-t", "cpu", "--json", "{tmp}/t.json"]]
 
 
 def test_commands_that_need_no_gpu_do_not_import_torch(project, tmp_path):

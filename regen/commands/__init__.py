@@ -19,6 +19,7 @@ COMMANDS = {
     "accept": "accept",
     "verify": "verify",
     "bench": "bench",
+    "profile": "profile",
     "record": "record",
     "remote": "remote",
     "worker": "worker",

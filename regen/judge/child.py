@@ -41,6 +41,14 @@ def run(job: dict) -> dict:
     if job.get("mode") == "lint":
         cases = [Case.model_validate(item["case"]) for item in job["cases"]]
         return {"lint": harness.lint(cases, job["lint_seeds"])}
+    if job.get("mode") == "timeline":   # regen profile: the instrumented build's records
+        try:
+            return {"timeline": harness.timeline(Case.model_validate(job["case"]), job["seed"],
+                                                 job.get("runs", 2))}
+        except Rejected as r:
+            return {"cases": [], "fingerprint": None, "rejected": r.rejection.to_json()}
+        except OracleError as exc:
+            return {"error": f"oracle error: {exc}"[:4000], "kind": "oracle"}
     out: dict = {"cases": [], "fingerprint": harness.runtime.fingerprint()}
     for item in job["cases"]:
         entry, context_dead = run_case(harness, job, Case.model_validate(item["case"]), item)

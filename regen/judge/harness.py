@@ -138,7 +138,9 @@ class Harness:
             return late
         # 5. invariants, on the candidate's outputs
         if hasattr(self.oracle, "check"):
-            problems = self.oracle.check(pristine, got2, view) or []
+            from regen.oracle import run_check
+
+            problems = run_check(self.oracle, pristine, got2, view, want)
             if problems:
                 return CaseResult.failed("invariants", "; ".join(problems), res2.max_abs,
                                          res2.max_rel)
@@ -167,6 +169,41 @@ class Harness:
             self.watch.check_late_writes()
         stray = self.watch.stray_threads()
         return CaseResult.failed("threads", stray) if stray else None
+
+    # -- the timeline (regen profile) -------------------------------------------------------
+    def timeline(self, case, seed: int, runs: int) -> dict:
+        """`runs` launches of the instrumented build on one case, each on fresh outputs with the
+        timeline buffer zeroed (caches flushed before the last, as before a timed launch); the
+        last run's records, and its outputs checked against the reference (instrumentation must
+        not change what the kernel computes)."""
+        from regen.recipe import bind, timeline_slots
+
+        torch = self.torch
+        if self.recipe.timeline is None:
+            raise Rejected("crash", "the launch recipe declares no timeline")
+        view = self.buffers.case_view(case)
+        pristine = {k: v.clone() for k, v in self.buffers.make_inputs(case, view, seed).items()}
+        env = self.spec.case_env(case)
+        name = self.recipe.timeline.buffer
+        records = self.buffers.empty([timeline_slots(self.recipe, env) * 4], torch.int64)
+        for r in range(max(1, runs)):
+            inputs = self.buffers.clones(pristine)
+            bufs = self.buffers.outputs(case, inputs)
+            fills = self.buffers.refresh(case, bufs, "nan", keep=True)
+            records.zero_()
+            all_bufs = {**inputs, **bufs, name: records}
+            launches = bind(self.recipe, env, set(all_bufs), env["T"])
+            if r == max(1, runs) - 1:
+                self.runtime.flush_cache()
+            self.launch(launches, all_bufs)
+            self.runtime.synchronize()
+        got = {t.name: bufs[t.name] for t in self.spec.signature.outputs}
+        want = self.oracle.reference({k: v.clone() for k, v in pristine.items()}, view)
+        check = compare(self.spec, case, got, want, fills)
+        return {"case": case.label(self.spec.signature.dtypes[0]), "seed": seed,
+                "words": records.cpu().tolist(), "check": check.to_json(),
+                "fingerprint": self.runtime.fingerprint(),
+                "launches": len(launches)}
 
     # -- the oracle alone ------------------------------------------------------------------
     def lint(self, cases: list, seeds: list[int]) -> list[dict]:

@@ -134,9 +134,13 @@ def _branches(spec, recipe, case: Case) -> list[str] | None:
     env = spec.case_env(case)
     try:
         dtypes, _shapes = buffer_layouts(spec, recipe, env)
-        return [launch.kernel for launch in bind(recipe, env, dtypes, env["T"])]
+        kernels = [launch.kernel for launch in bind(recipe, env, dtypes, env["T"])]
     except Exception:  # noqa: BLE001 - no launch applies: not the same regime
         return None
+    if any(not hasattr(item, "kernel") for item in recipe.launches):
+        # a repeat group (a model's layers): fewer iterations are the same regime
+        return list(dict.fromkeys(kernels))
+    return kernels
 
 
 def same_regime(spec, recipe_text: str | None, case: Case, budget: int, salt: str) -> Case:
@@ -212,6 +216,22 @@ def lint_oracle(spec, oracle_path: Path, seeds: int = 2, timeout_s: float = 600.
         return [f"the oracle could not be run: {data['error']}"]
     problem = degenerate_oracle(data["lint"])
     return [problem] if problem else []
+
+
+def timeline(spec, target, oracle_path: Path, recipe: str, binary: bytes, case: Case, seed: int,
+             runs: int = 2, timeout_s: float = 600.0, composition: dict | None = None) -> dict:
+    """Run an instrumented build (regen.timeline) on one case in a child process: the child's
+    answer, {"timeline": {...}} with the records, or {"error": ...} / {"rejected": ...}."""
+    with tempfile.TemporaryDirectory(prefix="regen-bin-") as tmp:
+        binary_path = Path(tmp) / "kernel.bin"
+        binary_path.write_bytes(binary)
+        job = {"mode": "timeline", "language": target.language, "binary": str(binary_path),
+               "recipe": recipe, "limits": dict(target.limits),
+               "oracle": str(oracle_path.resolve()), "spec": spec.model_dump(mode="json"),
+               "case": case.model_dump(mode="json"), "seed": seed, "runs": runs, "cases": []}
+        if composition is not None:
+            job["composition"] = composition
+        return run_child(job, timeout_s)
 
 
 def _timed_variant(spec, recipe: str, case: Case, budget: int) -> Case:
