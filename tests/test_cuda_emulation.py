@@ -171,37 +171,58 @@ FUSED_EDGES = [{"B": 2, "H": 96, "Hkv": 1, "G": 12, "D": 8, "L": 9, "F": 64, "dt
                {"B": 1, "H": 160, "Hkv": 2, "G": 5, "D": 16, "L": 40, "F": 32, "dtype": "bfloat16"}]
 
 
-def _fused_cases():
+# the whole decode step's megakernel: the same query-head groups over several layers, a batch of
+# 8, a vocabulary that is not a whole number of lm_head items
+STEP = "llama_decode_step"
+STEP_EDGES = [{"B": 2, "NL": 2, "H": 96, "Hkv": 1, "G": 12, "D": 8, "L": 9, "F": 64, "V": 130,
+               "dtype": "bfloat16"},
+              {"B": 1, "NL": 3, "H": 160, "Hkv": 2, "G": 5, "D": 16, "L": 40, "F": 32, "V": 1000,
+               "dtype": "bfloat16"},
+              {"B": 8, "NL": 2, "H": 64, "Hkv": 2, "G": 2, "D": 16, "L": 70, "F": 48, "V": 65,
+               "dtype": "bfloat16"}]
+MEGA = {FUSED: ("llama_layer_decode_mega_bf16", FUSED_EDGES),
+        STEP: ("llama_decode_step_mega_bf16", STEP_EDGES)}
+
+
+def _fused_cases(kernel=FUSED):
     from regen.spec import Case
-    return [*spec(FUSED).correctness_cases(), *(Case.model_validate(c) for c in FUSED_EDGES)]
+    return [*spec(kernel).correctness_cases(), *(Case.model_validate(c) for c in MEGA[kernel][1])]
 
 
 def _fused_params():
-    s = spec(FUSED)
-    return [pytest.param(i, id=c.label(s.signature.dtypes[0]),
-                         marks=[pytest.mark.slow] if c.sizes["H"] >= 1024 else [])
-            for i, c in enumerate(_fused_cases())]
+    out = []
+    for kernel in MEGA:
+        s = spec(kernel)
+        out += [pytest.param(kernel, i, id=f"{kernel}-{c.label(s.signature.dtypes[0])}",
+                             marks=[pytest.mark.slow] if c.sizes["H"] >= 1024 else [])
+                for i, c in enumerate(_fused_cases(kernel))]
+    return out
 
 
-@pytest.mark.parametrize("index", _fused_params())
-def test_fused_decode_layer_matches_the_composed_reference_on_two_launches_in_a_row(emulated, index):
-    """The committed h200 megakernel against the reference composed from its components' oracles
-    (cache slots included), launched twice on the same buffers: the second launch works only if
-    the first left its ticket and stage counters reset. The emulation runs blocks one after
-    another, so the first block claims every item in order and never waits on a block that has
-    not run: the work list's dependency order is what this checks, not concurrent timing."""
-    s, o = spec(FUSED), judged_oracle(FUSED)
-    case = _fused_cases()[index]
+@pytest.mark.parametrize("kernel,index", _fused_params())
+def test_fused_decode_megakernel_matches_the_composed_reference_on_two_launches_in_a_row(
+        emulated, kernel, index):
+    """The committed h200 megakernels (one layer; the whole step) against the reference composed
+    from their components' oracles (cache slots included), launched twice on the same buffers:
+    the second launch works only if the first left its ticket and stage counters reset. The
+    emulation runs blocks one after another, so the first block claims every item in order and
+    never waits on a block that has not run: the work list's dependency order is what this
+    checks, not concurrent timing."""
+    from regen.oracle import run_check
+
+    s, o = spec(kernel), judged_oracle(kernel)
+    case = _fused_cases(kernel)[index]
     view = oracle_case(s, case)
     inputs = o.make_inputs(view, 0)
     pristine = {k: v.clone() for k, v in inputs.items()}
-    outputs, changed, ran = cuda_emulation.run(emulated[FUSED], FUSED, case, inputs, repeat=2,
+    outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs, repeat=2,
                                                  rezero=False)
-    assert ran == ["llama_layer_decode_mega_bf16"] * 2, ran   # the fused kernel, not the plan
+    assert ran == [MEGA[kernel][0]] * 2, ran   # the fused kernel, not the plan
     assert not changed, f"inputs modified: {changed}"
-    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+    ref = o.reference(pristine, view)
+    assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
     if hasattr(o, "check"):  # check() is optional in the oracle contract
-        assert o.check(pristine, outputs, view) == []
+        assert run_check(o, pristine, outputs, view, ref) == []
 
 
 def test_emulation_reports_a_persistent_kernel_waiting_on_work_that_never_comes(tmp_path,

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <ucontext.h>
 #include <vector>
 #define __global__
@@ -193,6 +194,20 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   emu_warp_barrier();
 }
 inline unsigned char* emu_dynamic_smem() { return emu_blk().smem; }
+// %globaltimer and %smid as a kernel's plain path reads them (the timeline contract,
+// regen/timeline.py): a monotonic nanosecond clock, and the SM a block runs on, blocks dealt
+// over EMU_SMS SMs by linear block index
+#ifndef EMU_SMS
+#define EMU_SMS 132
+#endif
+inline unsigned long long emu_globaltimer() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<unsigned long long>(ts.tv_sec) * 1000000000ull + static_cast<unsigned long long>(ts.tv_nsec);
+}
+inline unsigned emu_smid() {
+  return (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) % EMU_SMS;
+}
 // a fiber runs until it yields, so these read-modify-writes are atomic among the grid's threads
 template <class T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; ++g_emu->events; return old; }
 template <class T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; ++g_emu->events; return old; }

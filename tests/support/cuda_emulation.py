@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from regen.recipe import workspace_shapes
+from regen.recipe import tensor_pointer, workspace_shapes
 
 from . import library
 
@@ -176,7 +176,7 @@ class GuardedBuffer:
 
 
 def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target: str = "h200",
-        repeat: int = 1, rezero: bool = True):
+        repeat: int = 1, rezero: bool = True, timeline: bool = False):
     """The committed recipe for `target` (default h200), or that of the variant in `folder`, on
     guarded, NaN-poisoned buffers (TMA loads landing when waited for in the first repetition, at
     issue in the second, alternating) (workspaces zeroed where the recipe asks; an in-place output is
@@ -184,10 +184,17 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
     poisoned again before each and zeroed workspaces zeroed again, as the judge does before every
     checked launch. `rezero=False` keeps the workspaces' state instead: a kernel that promises to
     leave its zeroed workspace ready for the next launch (a persistent kernel's counters) is held to
-    that. Returns (outputs, names of the other inputs the kernels changed, kernels run)."""
+    that. Returns (outputs, names of the other inputs the kernels changed, kernels run), and with
+    `timeline` (a build with REGEN_TIMELINE) the timeline buffer's int64 words as a fourth item:
+    a guarded buffer of the recipe's `timeline.slots` records, zeroed before every launch."""
     import torch
+
+    from regen.recipe import timeline_slots
     s = library.spec(kernel)
-    launches, recipe, env = library.bound(kernel, target, case, folder)
+    recipe = library.committed(kernel, target, folder)[1]
+    tl_name = recipe.timeline.buffer if timeline else None
+    launches, recipe, env = library.bound(kernel, target, case, folder,
+                                          extra={tl_name} if tl_name else ())
     keep, bufs = [], {}
 
     def buffer(name, shape, dtype, fill):
@@ -203,6 +210,8 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
             buffer(t.name, s.tensor_shape(t, case), getattr(torch, s.tensor_dtype(t, case)), float("nan"))
     for name, (dtype, shape, zero) in workspace_shapes(recipe, env).items():
         buffer(name, shape, getattr(torch, dtype), 0.0 if zero else float("nan"))
+    if tl_name:
+        buffer(tl_name, [timeline_slots(recipe, env) * 4], torch.int64, 0)
     once = launches
     launches = [launch for _ in range(repeat) for launch in launches]
     eager = getattr(lib, "emu_set_eager_tma", None)
@@ -219,13 +228,17 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
             for t in s.signature.outputs:  # an input written over is restored, as the judge does
                 if t.inplace_of:
                     bufs[t.inplace_of].copy_(inputs[t.inplace_of])
+            if tl_name:
+                bufs[tl_name].zero_()
         ints = []
         for a in launch.args:
             if a.kind == "tensormap":   # passed by reference (unit() rewrites the parameter)
                 keep.append(emulated_map(a.value, bufs[a.value.tensor]))
                 ints.append(ctypes.addressof(keep[-1]))
-            elif a.kind in ("tensor", "int32", "int64"):
-                ints.append(bufs[a.value].data_ptr() if a.kind == "tensor" else int(a.value))
+            elif a.kind == "tensor":
+                ints.append(tensor_pointer(a, bufs[a.value], launch.kernel))
+            elif a.kind in ("int32", "int64"):
+                ints.append(int(a.value))
         flts = [float(a.value) for a in launch.args if a.kind == "float32"]
         assert len(ints) <= 32 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
         fn = ctypes.cast(getattr(lib, launch.kernel), ctypes.c_void_p).value
@@ -239,5 +252,6 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
     outputs = {t.name: bufs[t.inplace_of or t.name].clone() for t in s.signature.outputs}
     inplace = {t.inplace_of for t in s.signature.outputs if t.inplace_of}
     changed = [k for k, x in inputs.items() if k not in inplace and not torch.equal(bufs[k], x)]
-    return outputs, changed, [launch.kernel for launch in launches]
+    ran = [launch.kernel for launch in launches]
+    return (outputs, changed, ran, bufs[tl_name].clone()) if tl_name else (outputs, changed, ran)
 
