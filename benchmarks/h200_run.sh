@@ -2,7 +2,8 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ncu:K[:REGEX] cross:K@T ops overhead backward
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ncu:K[:REGEX] cross:K@T
+#          profile:K[:CASE] decode decode:L,.. ops overhead backward
 #          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
@@ -12,6 +13,11 @@ OUT=${OUT:-/tmp/regen-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 REGEN_LOCAL_CACHE=/tmp/regen-local
 steps=${*:-env ceilings verify tests}
+# the column this GPU belongs to (REGEN_TARGET overrides): an H100 verifies and times h100, which
+# shares the h200 column's sm90 entries; records name the GPU either way
+TARGET=${REGEN_TARGET:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
+  sed -nE 's/.*(H100|H200|B200|A100).*/\1/p' | tr A-Z a-z)}
+TARGET=${TARGET:-h200}; echo "target: $TARGET"
 # REGEN_BUDGET_S: the device seconds this run may use (a lent machine's budget); every verification
 # gets at most REGEN_STEP_S (default 300) of it, and steps are skipped once under 20 s are left,
 # so a run ordered by priority ends with the records it could finish rather than being cut off
@@ -33,11 +39,11 @@ for step in $steps; do
     ceilings) python3 benchmarks/ceilings.py 2>&1 | tee -a "$OUT/${CEILINGS_FILE:-ceilings.txt}" ;;
     verify|verify:*)  # verify:softmax,rope limits the kernels
       kernels=""; [ "$step" != verify ] && kernels=${step#verify:} && kernels=${kernels//,/ }
-      capped python3 -m regen.cli verify $kernels --target h200 --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" \
+      capped python3 -m regen.cli verify $kernels --target "$TARGET" --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee -a "$OUT/verify.log" ;;
     each:*)  # each:a,b,c verifies kernels one by one, one export file each (partial results survive)
       for k in $(echo "${step#each:}" | tr , ' '); do
-        capped python3 -m regen.cli verify "$k" --target h200 --seeds "${REGEN_SEEDS:-2}" \
+        capped python3 -m regen.cli verify "$k" --target "$TARGET" --seeds "${REGEN_SEEDS:-2}" \
           --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
       done ;;
     fleet|fleet:*)  # fleet:rmsnorm,softmax limits the kernels; FLEET_ARGS="--kill" kills one task
@@ -45,15 +51,15 @@ for step in $steps; do
       OUT="$OUT" python3 benchmarks/fleet_gpu.py $kernels ${FLEET_ARGS:-} 2>&1 | tee -a "$OUT/fleet.log" ;;
     bench|bench:*)  # bench:a,b limits the kernels (a composed one shows fused and unfused rows)
       kernels=""; [ "$step" != bench ] && kernels=${step#bench:} && kernels=${kernels//,/ }
-      python3 -m regen.cli bench $kernels --target h200 --timeout "${REGEN_TIMEOUT:-300}" \
+      python3 -m regen.cli bench $kernels --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/bench${kernels:+-${kernels// /-}}.json" 2>&1 | tee -a "$OUT/bench.log" ;;
     variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
       k=${step#variants:}
-      python3 benchmarks/variants.py "$k" --target h200 committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
+      python3 benchmarks/variants.py "$k" --target "$TARGET" committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
     pick:*)  # pick:KERNEL accepts the fastest of variants/KERNEL/* as handoffs/KERNEL@h200
       k=${step#pick:}
-      python3 -m regen.cli handoff "$k" --target h200 >/dev/null &&
-      python3 benchmarks/variants.py "$k" --target h200 variants/"$k"/* \
+      python3 -m regen.cli handoff "$k" --target "$TARGET" >/dev/null &&
+      python3 benchmarks/variants.py "$k" --target "$TARGET" variants/"$k"/* \
         --pick-into handoffs/"$k"@h200 2>&1 | tee -a "$OUT/variants.log" &&
       python3 -m regen.cli accept handoffs/"$k"@h200 --author "${REGEN_AUTHOR:?}" 2>&1 | tee -a "$OUT/variants.log" ;;
     ncu:*)  # ncu:KERNEL[:REGEX] profiles a few launches of KERNEL's bench (ncu follows the judge's child)
@@ -61,12 +67,20 @@ for step in $steps; do
       capped ncu --clock-control none --target-processes all -k "regex:$rx" --launch-skip "${NCU_SKIP:-10}" \
         --launch-count "${NCU_COUNT:-3}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section LaunchStats --section Occupancy --section WarpStateStats \
-        python3 -m regen.cli bench "$k" --target h200 --timeout 120 2>&1 | grep -v '^==PROF==' \
+        python3 -m regen.cli bench "$k" --target "$TARGET" --timeout 120 2>&1 | grep -v '^==PROF==' \
         | tee -a "$OUT/ncu-$k.txt" | tail -120 ;;
     cross:*)  # cross:attention@b200 runs another column's committed CUDA source here, unrecorded
       spec=${step#cross:}
-      capped python3 benchmarks/cross_arch.py "${spec%@*}" --from "${spec#*@}" --target h200 \
+      capped python3 benchmarks/cross_arch.py "${spec%@*}" --from "${spec#*@}" --target "$TARGET" \
         --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" 2>&1 | tee -a "$OUT/cross.log" ;;
+    profile:*)  # profile:KERNEL[:CASE] records the instrumented build's timeline (JSON; PNG where matplotlib is)
+      spec=${step#profile:}; k=${spec%%:*}; c=${spec#*:}; [ "$c" = "$spec" ] && c=""
+      png=""; python3 -c "import matplotlib" 2>/dev/null && png="--timeline $OUT/timeline-$k.png"
+      capped python3 -m regen.cli profile "$k" --target "$TARGET" ${c:+--case "$c"} --json "$OUT/timeline-$k.json" $png \
+        2>&1 | tee -a "$OUT/profile.log" ;;
+    decode|decode:*)  # decode:1024 limits the cases: the Llama-3.2-1B step, fused / unfused (graph) / torch
+      cases=1024,4096; [ "$step" != decode ] && cases=${step#decode:}
+      capped python3 benchmarks/decode_step.py --target "$TARGET" --cases "$cases" 2>&1 | tee -a "$OUT/decode_step.log" ;;
     overhead) capped python3 benchmarks/ops_overhead.py --device cuda 2>&1 | tee "$OUT/ops_overhead.log" ;;
     ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
     backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
