@@ -193,7 +193,17 @@ def _run(args, spec, target, cases, compiled) -> int:
         path.write_bytes(binary)
         runtimes[name] = Runtime(str(path))
     clock = next(iter(runtimes.values()))   # its flush, stall and timer time every row
-    rows = []
+
+    class Rows(list):
+        """The table's rows, each also printed when measured (a run cut short keeps them)."""
+
+        def append(self, row):
+            super().append(row)
+            label, what, t, floor, verdict = row
+            print(f"  {label:<8} {what:<42} {t * 1e6:10.1f} us {100 * floor / t:6.1f}% of floor"
+                  f"  {verdict}", flush=True)
+
+    rows = Rows()
     for case in cases:
         env = spec.case_env(case)
         label = f"L={case.sizes['L']}"

@@ -203,12 +203,22 @@ def run_check(oracle, inputs, outputs, case, reference) -> list[str]:
 
 
 def load_oracle(path: Path):
-    """Import an oracle module (worker process only: this imports torch)."""
+    """Import an oracle module (worker process only: this imports torch). It is registered in
+    sys.modules under a name unique to its path, because torch.compile re-imports the module of
+    a function it traces (an oracle's baseline() under torch.compile, in regen.ops or a bench)."""
     import importlib.util
+    import sys
 
-    spec = importlib.util.spec_from_file_location(f"regen_oracle_{path.stem}", path)
+    path = Path(path).resolve()
+    name = f"regen_oracle_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     return module
 
 

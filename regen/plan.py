@@ -264,7 +264,8 @@ def plan(project, store: Store, kernels=None, targets=None, intent: str = "build
 
     intent "verify": every node with an artifact and its hardware here is verified again;
     intent "bench": such nodes are timed on their benchmark cases. Nodes that cannot run here
-    keep their build action and say why in `skip`."""
+    keep their build action and say why in `skip`. With either intent, named kernels are acted on
+    alone: a composed kernel's record does not depend on its components' records."""
     if intent not in INTENTS:
         raise ValueError(f"unknown intent {intent!r}; expected one of {INTENTS}")
     nodes, regenerating, verbs = [], set(), {}
@@ -291,6 +292,8 @@ def plan(project, store: Store, kernels=None, targets=None, intent: str = "build
         if intent != "build":
             _for_intent(node, intent)
         nodes.append(node)
+    if intent != "build" and kernels:   # verify/bench what was named, not its components too
+        nodes = [n for n in nodes if n.kernel in kernels]
     return nodes
 
 

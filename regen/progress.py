@@ -87,7 +87,11 @@ class Progress:
             if self.lines and (elapsed >= self.min_seconds or result.status not in _QUIET):
                 self._clear()
                 status = self._paint(result.status)
-                self.stream.write(f"[{self.finished}/{n}] {label}: {status} ({elapsed:.1f} s)\n")
+                why = ""   # a failure's one line now: a run cut short still says why
+                if result.status == "failed" and getattr(result, "summary", ""):
+                    why = ": " + " ".join(str(result.summary).split())[:300]
+                self.stream.write(f"[{self.finished}/{n}] {label}: {status} ({elapsed:.1f} s)"
+                                  f"{why}\n")
             self._draw(now, force=True)
             self.stream.flush()
 

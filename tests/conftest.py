@@ -140,7 +140,7 @@ def dedent(s: str) -> str:
 
 
 # the kernels the regen.ops and example tests run on the host column, verified for real once
-OPS_VERIFIED = ("rmsnorm", "softmax", "swiglu", "rope", "cross_entropy")
+OPS_VERIFIED = ("rmsnorm", "softmax", "swiglu", "rope", "cross_entropy", "cross_entropy_bwd")
 OPS_UNVERIFIED = "layernorm"   # its host records removed: never verified here
 
 

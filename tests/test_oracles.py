@@ -296,3 +296,22 @@ def test_check_names_the_broken_invariant():
     lower = lambda o: o["y"].sub_(0.25)  # noqa: E731
     msg = _first_message("maxpool3d", "N1xC4xD33xH33xW33:float32", lower)
     assert "attained:" in msg and "dominates_window:" in msg
+
+
+def test_an_oracle_baseline_traces_under_torch_compile():
+    """torch.compile re-imports the module of a function it traces; a loaded oracle must be
+    importable by its name (the decode bench and regen.ops compile baselines)."""
+    import torch
+
+    from regen.oracle import load_oracle
+    from support.library import ROOT
+
+    o = load_oracle(ROOT / "oracles" / "swiglu.py")
+    s = spec("swiglu")
+    case = s.correctness_cases()[0]
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    torch._dynamo.reset()
+    got = torch.compile(o.baseline, backend="eager", fullgraph=True)(inputs, view)
+    want = o.baseline(inputs, view)
+    assert all(torch.equal(got[k], want[k]) for k in want)

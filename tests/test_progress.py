@@ -75,6 +75,17 @@ def test_not_a_terminal_gets_plain_lines_for_slow_or_unsuccessful_nodes_only():
     assert out.getvalue() == "[2/3] b@cpu: failed (0.0 s)\n[3/3] c@cpu: ok (4.0 s)\n"
 
 
+def test_a_failed_node_says_why_on_its_line_so_a_run_cut_short_still_tells():
+    out = io.StringIO()
+    p = Progress(out, total=1, clock=Clock())
+    failed = SimpleNamespace(node=SimpleNamespace(label="gemv@h200"), status="failed",
+                             summary="failed on NVIDIA H200: case B1xN2048:bfloat16:\n  floor")
+    p.done(failed, 0, 1)
+    p.close()
+    assert out.getvalue() == ("[1/1] gemv@h200: failed (0.0 s): failed on NVIDIA H200: case "
+                              "B1xN2048:bfloat16: floor\n")
+
+
 def test_lines_off_for_json_leaves_stderr_empty_when_not_a_terminal():
     out = io.StringIO()
     p = Progress(out, total=1, lines=False)
