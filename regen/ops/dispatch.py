@@ -22,6 +22,7 @@ the same on both paths: a plan is made by impl() and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 
@@ -30,6 +31,22 @@ from .signature import ALIGN, Signature, SignatureError, shape_eval
 
 MAX_PLANS = 4096  # per op: shapes seen; beyond it the cache starts again (dynamic shapes)
 
+
+
+@contextlib.contextmanager
+def _autograd_for_baseline():
+    """Grad mode on and autograd dispatch back for a baseline: a backward op's baseline
+    differentiates leaves of its own (torch.autograd.grad), while autograd calls a backward op
+    with grad mode off and a custom op's implementation runs below autograd's dispatch key."""
+    import torch
+
+    keys = torch._C.DispatchKey
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    for k in (keys.AutogradFunctionality, keys.AutogradOther, keys.AutogradNestedTensor):
+        excluded = excluded.remove(k)
+    with torch.enable_grad(), torch._C._ForceDispatchKeyGuard(
+            torch._C._dispatch_tls_local_include_set(), excluded):
+        yield
 
 class RegenOpsWarning(UserWarning):
     """An op ran something other than a verified kernel: torch's baseline, or (opted into) an
@@ -261,7 +278,8 @@ class KernelOp:
         inplace = [(out["name"], names.index(out["inplace_of"])) for out in sig.inplace]
 
         def fallback(tensors):
-            got = fn(dict(zip(names, tensors)), case)
+            with _autograd_for_baseline():
+                got = fn(dict(zip(names, tensors)), case)
             outs = []
             for spec, shape, dt in zip(sig.outputs, shapes, dtypes):
                 out = got[spec["name"]]
