@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -168,7 +169,9 @@ FUSED = "llama_layer_decode"
 # more query heads per KV head than the megakernel holds in registers at once (4): its attention
 # items take them in groups, as the judge's hidden variants of the G = 4 case require (G up to 16)
 FUSED_EDGES = [{"B": 2, "H": 96, "Hkv": 1, "G": 12, "D": 8, "L": 9, "F": 64, "dtype": "bfloat16"},
-               {"B": 1, "H": 160, "Hkv": 2, "G": 5, "D": 16, "L": 40, "F": 32, "dtype": "bfloat16"}]
+               {"B": 1, "H": 160, "Hkv": 2, "G": 5, "D": 16, "L": 40, "F": 32, "dtype": "bfloat16"},
+               # activation rows too long for shared memory (B * F > 83456): the actx workspace
+               {"B": 2, "H": 32, "Hkv": 1, "G": 1, "D": 8, "L": 3, "F": 42000, "dtype": "bfloat16"}]
 
 
 # the whole decode step's megakernel: the same query-head groups over several layers, a batch of
@@ -179,9 +182,24 @@ STEP_EDGES = [{"B": 2, "NL": 2, "H": 96, "Hkv": 1, "G": 12, "D": 8, "L": 9, "F":
               {"B": 1, "NL": 3, "H": 160, "Hkv": 2, "G": 5, "D": 16, "L": 40, "F": 32, "V": 1000,
                "dtype": "bfloat16"},
               {"B": 8, "NL": 2, "H": 64, "Hkv": 2, "G": 2, "D": 16, "L": 70, "F": 48, "V": 65,
+               "dtype": "bfloat16"},
+              # down rows of 12000 bytes: five per 64 KB slot, each split across one warp
+              {"B": 1, "NL": 1, "H": 64, "Hkv": 1, "G": 2, "D": 16, "L": 7, "F": 6000, "V": 70,
+               "dtype": "bfloat16"},
+              # down rows of 80000 bytes: 32 KB slots (B * F > 17408), each row in three chunks
+              {"B": 1, "NL": 1, "H": 32, "Hkv": 1, "G": 1, "D": 8, "L": 3, "F": 40000, "V": 40,
+               "dtype": "bfloat16"},
+              # activation rows too long for shared memory (B * F > 91136): the actx workspace
+              {"B": 2, "NL": 1, "H": 32, "Hkv": 1, "G": 1, "D": 8, "L": 3, "F": 46000, "V": 40,
                "dtype": "bfloat16"}]
-MEGA = {FUSED: ("llama_layer_decode_mega_bf16", FUSED_EDGES),
-        STEP: ("llama_decode_step_mega_bf16", STEP_EDGES)}
+MEGA = {FUSED: ("llama_layer_decode_mega_", FUSED_EDGES),   # the fused kernels' name prefixes
+        STEP: ("llama_decode_step_", STEP_EDGES)}
+
+
+# how far inside the spec's bound the megakernel must stay: the step's bound is calibrated for
+# the unfused bf16 chain over 16 layers, while its megakernel keeps the residual stream in
+# float32 (honest runs stay within 1/30 of it on these cases); the layer's bound is one layer's
+MEGA_MARGIN = {FUSED: 1, STEP: 8}
 
 
 def _fused_cases(kernel=FUSED):
@@ -217,10 +235,17 @@ def test_fused_decode_megakernel_matches_the_composed_reference_on_two_launches_
     pristine = {k: v.clone() for k, v in inputs.items()}
     outputs, changed, ran = cuda_emulation.run(emulated[kernel], kernel, case, inputs, repeat=2,
                                                  rezero=False)
-    assert ran == [MEGA[kernel][0]] * 2, ran   # the fused kernel, not the plan
+    assert len(ran) == 2 and ran[0] == ran[1] and ran[0].startswith(MEGA[kernel][0]), ran
+    # (the fused kernel, one launch each time, not the plan)
     assert not changed, f"inputs modified: {changed}"
     ref = o.reference(pristine, view)
     assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
+    # tighter than the spec where its bound is loose for the case: on a one-layer step the
+    # step's bound alone would hide a wrong chunk offset (a tenth of a logit)
+    margin = MEGA_MARGIN[kernel]
+    tight = SimpleNamespace(atol=s.case_tolerance(case).atol / margin,
+                            rtol=s.case_tolerance(case).rtol / margin)
+    assert_matches(outputs, ref, tight, f"{ran} (1/{margin} of the spec's bound): ")
     if hasattr(o, "check"):  # check() is optional in the oracle contract
         assert run_check(o, pristine, outputs, view, ref) == []
 

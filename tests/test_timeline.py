@@ -87,6 +87,22 @@ def _stage_items(case) -> list[int]:
             -(-h // 16)]
 
 
+def _step_items(case) -> tuple[list[int], int]:
+    """Items per stage of the whole-step megakernel (its kernel.cu header and launch.yaml): as
+    many whole rows of K as fill one slot (64 KB while B * M <= 17408), at most 64, for qkv,
+    o_proj, gate_up, down; attention splits of L; and the lm_head's items."""
+    s = case.sizes
+    b, h, hkv, g, d, length, f, v = (s[k] for k in ("B", "H", "Hkv", "G", "D", "L", "F", "V"))
+    assert b * max(h, hkv * g * d, f) <= 17408, "a case of the 64 KB slot configuration"
+
+    def items(n, k):
+        return -(-n // min(64, max(1, 65536 // (2 * k))))
+
+    splits = max(1, min(-(-length // 32), 132 // (b * hkv)))
+    return ([items((hkv * g + 2 * hkv) * d, h), b * hkv * splits, items(h, hkv * g * d),
+             items(2 * f, h), items(h, f)], items(v, h))
+
+
 @pytest.fixture(scope="module")
 def instrumented(tmp_path_factory):
     from support import cuda_emulation
@@ -270,15 +286,15 @@ def test_instrumented_step_megakernel_records_every_item_of_every_layer(tmp_path
     assert not changed
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
     ops = recipe.timeline.ops
-    assert ops == ["qkv", "attn", "o_proj", "gate_up", "down", "lm_head", "wait"]
+    assert ops == ["qkv", "attn", "o_proj", "gate_up", "down", "lm_head", "wait", "weights"]
     events = tl.decode(words.tolist(), ops)
-    per_stage = _stage_items(case)
+    per_stage, lm_items = _step_items(case)
     for layer in range(case.sizes["NL"]):
         for stage, n in enumerate(per_stage):
             got = sorted(e.step & 0xFFFF for e in events if e.op == stage and e.step >> 16 == layer)
             assert got == list(range(n)), (layer, ops[stage])
     lm = sorted(e.step & 0xFFFF for e in events if e.op == 5)
-    assert lm == list(range(-(-case.sizes["V"] // 64)))
+    assert lm == list(range(lm_items))
     items = sorted((e for e in events if e.op < 6), key=lambda e: e.start)
     assert [e.step >> 16 for e in items if e.op < 5] == sorted(e.step >> 16 for e in items
                                                                if e.op < 5)

@@ -117,12 +117,17 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 // words per thread for the operands of a wave-wide matrix instruction: mma.sync takes 6, an MFMA
 // up to 2 x 8 (gfx950's 8-dword f8f6f4 operands)
 #define EMU_FRAG 16
+// integer-class kernel arguments (pointers, integers) a launch may pass, floats after them
+#define EMU_INTS 40
 struct EmuFiber { ucontext_t ctx; dim3 tid; bool done = false; std::vector<char> stack; };
 // Hopper's asynchronous units (see "Hopper's asynchronous units" below): an mbarrier's state, a
 // TMA tile copy in flight, a wgmma in flight, a bulk (TMA) store group.
 struct EmuBarrier { unsigned expected = 0, pending = 0; long long tx = 0; unsigned phase = 0; };
 // shared addresses in a copy are cluster-absolute: (block of the cluster + 1) << 24 | address
-struct EmuTmaCopy { unsigned smem; unsigned char map[128]; int coords[5]; unsigned bar; bool store; };
+// src: a 1-D bulk copy's global source (cp.async.bulk, no tensor map), `bytes` long; null for a
+// tensor-map copy
+struct EmuTmaCopy { unsigned smem; unsigned char map[128]; int coords[5]; unsigned bar; bool store;
+                    const unsigned char* src; unsigned bytes; };
 struct EmuWgmma { float* d; int n, scale_d, tnsp_a, tnsp_b, kind; uint64_t da, db; unsigned group; };
 struct EmuThreadAsync {
   std::vector<EmuWgmma> wgmma;          // issued, not yet retired by wgmma.wait_group
@@ -156,7 +161,7 @@ struct Emu {
   std::vector<unsigned long> wgen;
   std::vector<uint64_t> slot;
   std::vector<unsigned> frag;  // EMU_FRAG words per thread: operands of an emulated mma.sync / MFMA
-  void* fn; int64_t ints[32]; float flts[4];
+  void* fn; int64_t ints[EMU_INTS]; float flts[4];
   std::vector<EmuThreadAsync> async;    // per fiber
   std::vector<uint64_t> stm_addr;       // stmatrix: each lane's row address and registers
   std::vector<unsigned> stm_regs;
@@ -296,6 +301,7 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
 //    from EMU_SMEM_BASE (not 1024-aligned, so a kernel must align its swizzled tiles itself);
 //  * mbarrier: init / arrive / expect_tx / try_wait.parity with the PTX phase rules; a phase
 //    completes when every expected arrival came and the transaction count is back to zero;
+//  * cp.async.bulk 1-D loads (emu_bulk_load): the bytes as they are, landing like tensor loads;
 //  * cp.async.bulk.tensor loads: the tensor map is the emulation's own encoding of the recipe's
 //    declaration (tests/support/cuda_emulation.py), the box lands in shared memory with the
 //    map's swizzle (the 16-byte chunk bits [4,7) of the shared address XOR bits [7,10) for 128B;
@@ -463,6 +469,15 @@ inline void emu_tma_check(const EmuTensorMap& m, unsigned smem, int rank) {
   emu_smem(smem, unsigned(emu_box_bytes(m)));
 }
 inline void emu_tma_land(EmuTmaCopy& c) {
+  if (c.src != nullptr) {   // a 1-D bulk copy: the bytes as they are, then complete_tx
+    unsigned char* s = emu_smem(c.smem, c.bytes);
+    for (const auto& b : emu_addr_block(c.smem).barriers)
+      if (b.first + 8 > (c.smem & 0xFFFFFFu) && b.first < (c.smem & 0xFFFFFFu) + c.bytes)
+        emu_fail("a bulk copy wrote over an mbarrier");
+    memcpy(s, c.src, c.bytes);
+    emu_mbar_complete_tx(c.bar, c.bytes);
+    return;
+  }
   const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(c.map);
   static const unsigned char nan16[2] = {0xc0, 0x7f}, nan32[4] = {0, 0, 0xc0, 0x7f};
   emu_box_walk(m, c.coords, [&](unsigned off, unsigned char* g) {
@@ -505,6 +520,21 @@ inline void emu_tma_load(unsigned smem, const void* map, const int* coords, int 
     if (g_emu_eager_tma) emu_tma_land(c);
     else g_emu->blocks[to - 1].tma_loads.push_back(c);
   }
+}
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [src], bytes, [bar]:
+// 16-byte aligned addresses and size; lands lazily or eagerly like a tensor-map load
+inline void emu_bulk_load(unsigned smem, const void* src, unsigned bytes, unsigned bar) {
+  if (smem >> 24 || bar >> 24) emu_fail("a bulk load names this block's shared addresses");
+  if (smem % 16 || bytes % 16 || bytes == 0 || reinterpret_cast<uintptr_t>(src) % 16)
+    emu_fail("cp.async.bulk needs 16-byte aligned addresses and a size that is a multiple of 16");
+  emu_smem(smem, bytes);
+  EmuTmaCopy c{};
+  c.smem = emu_cluster_addr(smem); c.bar = emu_cluster_addr(bar); c.store = false;
+  c.src = static_cast<const unsigned char*>(src); c.bytes = bytes;
+  emu_barrier(c.bar);
+  ++g_emu->events;
+  if (g_emu_eager_tma) emu_tma_land(c);
+  else emu_blk().tma_loads.push_back(c);
 }
 inline void emu_tma_load_2d(unsigned smem, const void* map, int c0, int c1, unsigned bar) {
   const int c[2] = {c0, c1};
@@ -809,7 +839,7 @@ EMU_MFMA(mfma_f32_16x16x32_fp8_fp8, 16, 32, 8, emu_fp8_bits)
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
 #define EMU_I8 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t
-typedef void (*UniversalFn)(EMU_I8, EMU_I8, EMU_I8, EMU_I8, float, float, float, float);
+typedef void (*UniversalFn)(EMU_I8, EMU_I8, EMU_I8, EMU_I8, EMU_I8, float, float, float, float);
 static void emu_entry() {
   Emu* e = g_emu;
   // x86-64 SysV: integer-class arguments go to rdi.. then the stack in order, floats to xmm0.. in
@@ -818,7 +848,8 @@ static void emu_entry() {
   reinterpret_cast<UniversalFn>(e->fn)(
       i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14],
       i[15], i[16], i[17], i[18], i[19], i[20], i[21], i[22], i[23], i[24], i[25], i[26], i[27],
-      i[28], i[29], i[30], i[31], e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
+      i[28], i[29], i[30], i[31], i[32], i[33], i[34], i[35], i[36], i[37], i[38], i[39],
+      e->flts[0], e->flts[1], e->flts[2], e->flts[3]);
   EmuThreadAsync& a = e->async[emu_fid()];
   if (!a.wgmma.empty()) emu_fail("the thread exits with wgmma still in flight (no wait_group)");
   if (!a.stores.empty()) { a.store_groups += 1; emu_bulk_wait(0); }   // stores complete anyway
@@ -845,7 +876,8 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   e.fn = fn;
   e.cluster = g_emu_cluster;
   g_emu_cluster = 1;
-  for (int i = 0; i < 32; ++i) e.ints[i] = i < nint ? ints[i] : 0;
+  if (nint > EMU_INTS) { fprintf(stderr, "emu: more than %d integer arguments\n", EMU_INTS); abort(); }
+  for (int i = 0; i < EMU_INTS; ++i) e.ints[i] = i < nint ? ints[i] : 0;
   for (int i = 0; i < 4; ++i) e.flts[i] = i < nflt ? flts[i] : 0.0f;
   e.grid = dim3{gx, gy, gz};
   e.block = dim3{bx, by, bz};

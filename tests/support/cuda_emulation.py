@@ -240,14 +240,14 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
             elif a.kind in ("int32", "int64"):
                 ints.append(int(a.value))
         flts = [float(a.value) for a in launch.args if a.kind == "float32"]
-        assert len(ints) <= 32 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
+        assert len(ints) <= 40 and len(flts) <= 4 and len(ints) + len(flts) == len(launch.args)
         fn = ctypes.cast(getattr(lib, launch.kernel), ctypes.c_void_p).value
         cluster = getattr(lib, f"emu_cluster_dims_{launch.kernel}", None)
         if cluster is not None:
             cluster.restype = ctypes.c_uint
             lib.emu_set_cluster(ctypes.c_uint(cluster()))
         lib.emu_launch(ctypes.c_void_p(fn), *[ctypes.c_uint(v) for v in (*launch.grid, *launch.block)],
-                       ctypes.c_uint(launch.shared_mem), len(ints), (ctypes.c_int64 * 32)(*ints),
+                       ctypes.c_uint(launch.shared_mem), len(ints), (ctypes.c_int64 * 40)(*ints),
                        len(flts), (ctypes.c_float * 4)(*flts))
     outputs = {t.name: bufs[t.inplace_of or t.name].clone() for t in s.signature.outputs}
     inplace = {t.inplace_of for t in s.signature.outputs if t.inplace_of}
