@@ -104,8 +104,9 @@ def emulated_variant(tmp_path_factory):
 @pytest.mark.parametrize("kernel,folder,index", _variant_params())
 def test_variant_cuda_matches_oracle_under_emulation(emulated_variant, kernel, folder, index):
     """A variant kept for timing on the device is held to the committed kernel's checks before it
-    gets there: every spec case and edge shape against the oracle, inputs untouched."""
-    s, o = spec(kernel), oracle(kernel)
+    gets there: every spec case and edge shape against the oracle (a composed spec's composed
+    reference), inputs untouched."""
+    s, o = spec(kernel), judged_oracle(kernel)
     case = [*s.correctness_cases(), *edge_cases(kernel)][index]
     view = oracle_case(s, case)
     inputs = o.make_inputs(view, 0)
