@@ -4,7 +4,7 @@ under torch.compile(mode="reduce-overhead"), in microseconds per token and % of 
 spec's bytes over the target's measured copy bandwidth), for each benchmark case of
 specs/llama_decode_step.yaml (L = 1024 and 4096).
 
-    python benchmarks/decode_step.py [--target h200] [--cases 1024,4096] [--iters 20]
+    python benchmarks/decode_step.py [--target h200] [--cases 1024,4096] [--iters 20] [--variant DIR]
     python benchmarks/decode_step.py --dry-run      # no GPU: compile both plans, bind the recipes
 
 Every regen plan is first checked against the float64 reference composed from the components'
@@ -136,6 +136,9 @@ def main() -> int:
     ap.add_argument("--cases", default="1024,4096", help="the bench cases' L (default: 1024,4096)")
     ap.add_argument("--iters", type=int, default=20, help="timed calls per row (default: 20)")
     ap.add_argument("--no-check", action="store_true", help="skip the reference checks")
+    ap.add_argument("--variant", action="append", default=[], metavar="DIR",
+                    help="also time the fused kernel in DIR (kernel.cu + launch.yaml), e.g. "
+                         "variants/llama_decode_step/per_item_loads; repeatable")
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: compile the plans and bind their recipes for every case")
     args = ap.parse_args()
@@ -150,7 +153,12 @@ def main() -> int:
     spec, target = project.spec(KERNEL), project.target(args.target)
     cases = [c for c in spec.bench_cases(target) if str(c.sizes["L"]) in args.cases.split(",")]
     compiled = {}
-    for name, (source, recipe) in plans(project, store, spec, target).items():
+    timed_plans = plans(project, store, spec, target)
+    for folder in args.variant:   # another fused kernel, timed and checked like the committed one
+        folder = Path(folder)
+        timed_plans[f"variant {folder.name}"] = (next(iter(sorted(folder.glob("kernel.*")))).read_text(),
+                                                 (folder / "launch.yaml").read_text())
+    for name, (source, recipe) in timed_plans.items():
         c = compile_source(source, target)
         if not c.result.ok:
             print(f"{name}: does not compile:\n{c.result.log[-3000:]}")

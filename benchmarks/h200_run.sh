@@ -78,9 +78,10 @@ for step in $steps; do
       png=""; python3 -c "import matplotlib" 2>/dev/null && png="--timeline $OUT/timeline-$k.png"
       capped python3 -m regen.cli profile "$k" --target "$TARGET" ${c:+--case "$c"} --json "$OUT/timeline-$k.json" $png \
         2>&1 | tee -a "$OUT/profile.log" ;;
-    decode|decode:*)  # decode:1024 limits the cases: the Llama-3.2-1B step, fused / unfused (graph) / torch
+    decode|decode:*)  # decode:1024 limits the cases: the Llama-3.2-1B step, fused (and its variants) / unfused (graph) / torch
       cases=1024,4096; [ "$step" != decode ] && cases=${step#decode:}
-      capped python3 benchmarks/decode_step.py --target "$TARGET" --cases "$cases" 2>&1 | tee -a "$OUT/decode_step.log" ;;
+      vs=""; for v in variants/llama_decode_step/*/; do [ -f "$v/launch.yaml" ] && vs="$vs --variant $v"; done
+      capped python3 benchmarks/decode_step.py --target "$TARGET" --cases "$cases" $vs 2>&1 | tee -a "$OUT/decode_step.log" ;;
     overhead) capped python3 benchmarks/ops_overhead.py --device cuda 2>&1 | tee "$OUT/ops_overhead.log" ;;
     ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
     backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
