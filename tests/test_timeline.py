@@ -93,7 +93,7 @@ def _step_items(case) -> tuple[list[int], int]:
     o_proj, gate_up, down; attention splits of L; and the lm_head's items."""
     s = case.sizes
     b, h, hkv, g, d, length, f, v = (s[k] for k in ("B", "H", "Hkv", "G", "D", "L", "F", "V"))
-    assert b * max(h, hkv * g * d, f) <= 17408, "a case of the 64 KB slot configuration"
+    assert 2 * b * max(h, hkv * g * d, f) + 4 * b * h <= 34816, "a case of the 64 KB slots"
 
     def items(n, k):
         return -(-n // min(64, max(1, 65536 // (2 * k))))
