@@ -31,8 +31,8 @@ KERNEL = "llama_decode_step"
 
 
 def plans(project, store, spec, target) -> dict:
-    """name -> (source, recipe text): the current (fused) entry and the unfused plan composed now
-    from the components' current entries."""
+    """name -> (source, recipe text): the current (fused) entry, the entries pending verification
+    on this column, and the unfused plan composed now from the components' current entries."""
     from regen.compose import unfused
 
     out = {}
@@ -40,6 +40,8 @@ def plans(project, store, spec, target) -> dict:
     if entry is not None:
         out["fused" if entry.provenance().get("generator") != "composed" else "unfused"] = \
             (entry.source(), entry.recipe())
+    for e in store.pending(KERNEL, target.name):   # newer entries waiting for this hardware
+        out[f"fused, pending {e.id}"] = (e.source(), e.recipe())
     source, recipe, _ = unfused(project, store, spec, target)
     out["unfused"] = (source, recipe)
     return out
