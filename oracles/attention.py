@@ -28,25 +28,44 @@ def make_inputs(case, seed):
     return {name: t.to(case.dtype).to(case.device) for name, t in (("q", q), ("k", k), ("v", v))}
 
 
-def _scores(inputs, case, dtype=torch.float64):
+# float64 scores held at once: the reference and the checks walk the query rows in blocks, so
+# the largest case (B 2, 32 heads, S 8192: a 32 GiB score matrix) fits an 80 GB GPU
+BLOCK_BYTES = 1 << 31
+
+
+def _row_blocks(case):
+    b, hq, n = case.sizes["B"], case.sizes["Hkv"] * case.sizes["G"], case.sizes["S"]
+    rows = max(1, BLOCK_BYTES // (8 * b * hq * n))
+    return [(i, min(n, i + rows)) for i in range(0, n, rows)]
+
+
+def _scores(inputs, case, i0, i1, k=None, dtype=torch.float64):
+    """Scores of query rows [i0, i1) against every key (masked above the diagonal if causal)."""
     grp = case.sizes["G"]
-    q = inputs["q"].to(dtype)
-    k = inputs["k"].to(dtype).repeat_interleave(grp, dim=1)
+    q = inputs["q"][:, :, i0:i1].to(dtype)
+    if k is None:
+        k = inputs["k"].to(dtype).repeat_interleave(grp, dim=1)
     s = torch.einsum("bhid,bhjd->bhij", q, k) * float(case.params["scale"])
     if case.params["causal"]:
-        n = s.shape[-1]
-        keep = torch.ones(n, n, dtype=torch.bool, device=s.device).tril()
+        rows = torch.arange(i0, i1, device=s.device).unsqueeze(-1)
+        keep = rows >= torch.arange(s.shape[-1], device=s.device).unsqueeze(0)
         s = s.masked_fill(~keep, float("-inf"))
     return s
 
 
 def reference(inputs, case):
     grp = case.sizes["G"]
-    s = _scores(inputs, case)
-    v = inputs["v"].to(s.dtype).repeat_interleave(grp, dim=1)
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - lse.unsqueeze(-1))
-    return {"out": torch.einsum("bhij,bhjd->bhid", p, v), "lse": lse}
+    k = inputs["k"].to(torch.float64).repeat_interleave(grp, dim=1)
+    v = inputs["v"].to(torch.float64).repeat_interleave(grp, dim=1)
+    outs, lses = [], []
+    for i0, i1 in _row_blocks(case):
+        s = _scores(inputs, case, i0, i1, k)
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - lse.unsqueeze(-1))
+        outs.append(torch.einsum("bhij,bhjd->bhid", p, v))
+        lses.append(lse)
+        del s, p
+    return {"out": torch.cat(outs, dim=2), "lse": torch.cat(lses, dim=2)}
 
 
 def check(inputs, outputs, case):
@@ -63,10 +82,11 @@ def check(inputs, outputs, case):
     bad = (out < lo - slack) | (out > hi + slack) | ~torch.isfinite(out)
     if bool(bad.any()):
         problems.append(f"convex_combination: {int(bad.sum())} outputs lie outside [min v, max v]")
-    s = _scores(inputs, case)
-    m = s.amax(dim=-1)
-    count = torch.arange(1, n + 1, device=s.device, dtype=torch.float64) if case.params["causal"] \
-        else torch.full((n,), float(n), device=s.device, dtype=torch.float64)
+    k = inputs["k"].to(torch.float64).repeat_interleave(grp, dim=1)
+    m = torch.cat([_scores(inputs, case, i0, i1, k).amax(dim=-1) for i0, i1 in _row_blocks(case)],
+                  dim=2)
+    count = torch.arange(1, n + 1, device=m.device, dtype=torch.float64) if case.params["causal"] \
+        else torch.full((n,), float(n), device=m.device, dtype=torch.float64)
     lse = outputs["lse"].to(torch.float64)
     slack = 1e-4 * (m.abs() + 1.0)
     bad = (lse < m - slack) | (lse > m + torch.log(count) + slack) | ~torch.isfinite(lse)
@@ -78,7 +98,7 @@ def check(inputs, outputs, case):
 def _math(q, k, v, case):
     """SDPA's math backend in float32 with the row log-sum-exp (the fallback when torch's fused
     backend cannot return lse on this device)."""
-    s = _scores({"q": q, "k": k}, case, torch.float32)
+    s = _scores({"q": q, "k": k}, case, 0, q.shape[2], dtype=torch.float32)
     lse = torch.logsumexp(s, dim=-1)
     grp = case.sizes["G"]
     out = torch.einsum("bhij,bhjd->bhid", torch.exp(s - lse.unsqueeze(-1)),
