@@ -165,7 +165,7 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
 
 
 # -- Blackwell GEMMs: TMA, tcgen05.mma into tensor memory, tcgen05.ld --------------------------------
-B200_GEMMS = ["gemm_bf16"]
+B200_GEMMS = ["gemm_bf16", "gemm_fp8"]
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +241,8 @@ def _b200_build(folder):
 
 
 # cases of several tiles per dimension (the tcgen05 kernels' tiles: 128 x 256, mx_gemm 128 x 128)
-B200_ONE_BLOCK = {"gemm_bf16": {"M": 300, "N": 520, "K": 200, "dtype": "bfloat16"}}
+B200_ONE_BLOCK = {"gemm_bf16": {"M": 300, "N": 520, "K": 200, "dtype": "bfloat16"},
+                  "gemm_fp8": {"M": 300, "N": 516, "K": 272, "dtype": "bfloat16"}}
 
 
 @pytest.mark.parametrize("kernel", B200_GEMMS)
@@ -263,6 +264,9 @@ B200_PLANTED = {
     # the descriptor's stride byte offset (eight 128-byte rows) halved
     "descriptor-stride": ("gemm_bf16", "M256xN512xK512:",
                           {"(static_cast<u64>(1024 >> 4) << 32)": "(static_cast<u64>(512 >> 4) << 32)"}),
+    # e5m2 operands declared where the bytes are e4m3
+    "operand-format": ("gemm_fp8", "M200xN136xK512:",
+                       {"constexpr unsigned TC_IDESC = (1u << 4) |": "constexpr unsigned TC_IDESC = (1u << 4) | (1u << 7) |"}),
 }
 
 
