@@ -165,7 +165,7 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
 
 
 # -- Blackwell GEMMs: TMA, tcgen05.mma into tensor memory, tcgen05.ld --------------------------------
-B200_GEMMS = ["gemm_bf16", "gemm_fp8"]
+B200_GEMMS = ["gemm_bf16", "gemm_fp8", "mx_gemm"]
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +242,8 @@ def _b200_build(folder):
 
 # cases of several tiles per dimension (the tcgen05 kernels' tiles: 128 x 256, mx_gemm 128 x 128)
 B200_ONE_BLOCK = {"gemm_bf16": {"M": 300, "N": 520, "K": 200, "dtype": "bfloat16"},
-                  "gemm_fp8": {"M": 300, "N": 516, "K": 272, "dtype": "bfloat16"}}
+                  "gemm_fp8": {"M": 300, "N": 516, "K": 272, "dtype": "bfloat16"},
+                  "mx_gemm": {"M": 300, "N": 260, "K": 288, "dtype": "bfloat16"}}
 
 
 @pytest.mark.parametrize("kernel", B200_GEMMS)
@@ -267,6 +268,13 @@ B200_PLANTED = {
     # e5m2 operands declared where the bytes are e4m3
     "operand-format": ("gemm_fp8", "M200xN136xK512:",
                        {"constexpr unsigned TC_IDESC = (1u << 4) |": "constexpr unsigned TC_IDESC = (1u << 4) | (1u << 7) |"}),
+    # every MMA of a slice reads the first block's scales (scale-factor id 0)
+    "scale-factor-id": ("mx_gemm", "M130xN96xK1056:", {"mx_idesc(k), tsa, tsb": "mx_idesc(0), tsa, tsb"}),
+    # the scale blocks written row-major (4 r) instead of tcgen05.cp's 16 (r % 32) + 4 (r / 32)
+    "scale-layout": ("mx_gemm", "M130xN96xK1056:", {"+ 16 * r0) =": "+ 4 * r0) ="}),
+    # the e2m1 bytes in the upper half of each padded 16-byte chunk
+    "e2m1-padding": ("mx_gemm", "M64xN64xK256:",
+                     {"make_uint4(src[0], src[1], 0u, 0u)": "make_uint4(0u, 0u, src[0], src[1])"}),
 }
 
 

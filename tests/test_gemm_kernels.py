@@ -175,7 +175,8 @@ def test_on_b200_16_byte_rows_take_the_tcgen05_kernel(sizes, want):
 
 # kernel -> (its tcgen05 entry points, the MMA instruction each must show)
 B200_TC = {"gemm_bf16": (["gemm_bf16_tc_tma_bf16", "gemm_bf16_tc_direct_bf16"], "UTCHMMA"),
-           "gemm_fp8": (["gemm_fp8_tc_tma_bf16", "gemm_fp8_tc_direct_bf16"], "UTCQMMA")}
+           "gemm_fp8": (["gemm_fp8_tc_tma_bf16", "gemm_fp8_tc_direct_bf16"], "UTCQMMA"),
+           "mx_gemm": (["mx_gemm_tc_tma_bf16", "mx_gemm_tc_direct_bf16"], "UTCQMMA")}
 
 
 @pytest.mark.parametrize("kernel", sorted(B200_TC))
