@@ -29,6 +29,7 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile",
                           # TMA tensor copies, mbarriers, wgmma and stmatrix through the header's models
                           "tx_tma_tile"]
+# (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +162,133 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
     outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target="b200")
     assert not changed, f"inputs modified: {changed}"
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+
+
+# -- Blackwell GEMMs: TMA, tcgen05.mma into tensor memory, tcgen05.ld --------------------------------
+B200_GEMMS = ["gemm_bf16", "gemm_fp8", "mx_gemm"]
+
+
+@pytest.fixture(scope="module")
+def emulated_b200(tmp_path_factory):
+    """kernel -> its committed b200 source built against the emulation for sm_100a (__CUDA_ARCH__
+    1000), built on first use."""
+    cuda_emulation.skip_unless_available()
+
+    class Built(dict):
+        def __missing__(self, kernel):
+            source, _ = committed(kernel, "b200")
+            self[kernel] = ctypes.CDLL(str(cuda_emulation.build(
+                source, tmp_path_factory.mktemp(kernel + "_b200"), cuda_arch=1000)))
+            return self[kernel]
+
+    return Built()
+
+
+def _run_b200(lib, kernel, case, folder=None):
+    """The b200 recipe (or the variant's in `folder`) on one case, checked twice: one lazy launch
+    (TMA boxes land and tcgen05 MMAs run only when a thread waits on their mbarrier, so a stage
+    handed back or an accumulator read before its commit is caught) and a lazy launch followed by
+    an eager one (everything at issue: a stage or accumulator refilled too early is overwritten)."""
+    s, o = spec(kernel), oracle(kernel)
+    view = oracle_case(s, case)
+    pristine = o.make_inputs(view, 0)
+    ref = o.reference({k: v.clone() for k, v in pristine.items()}, view)
+    for repeat in (1, 2):
+        inputs = {k: v.clone() for k, v in pristine.items()}
+        outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, folder, target="b200",
+                                                   repeat=repeat)
+        assert not changed, f"inputs modified: {changed}"
+        assert_matches(outputs, ref, s.case_tolerance(case), f"{ran} (repeat {repeat}): ")
+    if hasattr(o, "check"):
+        assert o.check(pristine, outputs, view) == []
+    return ran
+
+
+@pytest.mark.parametrize("kernel,index", [
+    pytest.param(k, i, id=f"{k}-{c.label(spec(k).signature.dtypes[0])}")
+    for k in B200_GEMMS for i, c in enumerate(spec(k).correctness_cases())])
+def test_b200_tcgen05_gemm_matches_oracle_under_emulation(emulated_b200, kernel, index):
+    """The committed b200 GEMMs (TMA ring, tcgen05.mma from shared-memory descriptors into tensor
+    memory, commits to mbarriers, tcgen05.ld epilogue; mx_gemm's block-scaled MMA with its scales
+    copied in by tcgen05.cp) on every spec case, through the emulation's tcgen05 model: the MMAs
+    read the operands through the kernel's own descriptors and instruction descriptors."""
+    case = spec(kernel).correctness_cases()[index]
+    ran = _run_b200(emulated_b200[kernel], kernel, case)
+    if kernel != "gemm_bf16":   # every fp8 and MX shape takes the tensor-core path
+        assert any("_tc_" in name for name in ran), ran
+
+
+def _b200_variant(folder, kernel, source_edit=None, recipe_edit=None):
+    """`folder` holding the committed b200 source and recipe of `kernel` with planted edits."""
+    from regen.store import Store
+    entry = Store(ROOT / "cache").current(kernel, "b200")
+    source, recipe = entry.source(), entry.recipe()
+    for old, new in (source_edit or {}).items():
+        assert old in source, f"the committed {kernel}@b200 source no longer has {old!r}"
+        source = source.replace(old, new)
+    for old, new in (recipe_edit or {}).items():
+        assert old in recipe, f"the committed {kernel}@b200 recipe no longer has {old!r}"
+        recipe = recipe.replace(old, new)
+    folder.mkdir(parents=True)
+    (folder / "kernel.cu").write_text(source)
+    (folder / "launch.yaml").write_text(recipe)
+    return folder
+
+
+def _b200_build(folder):
+    return ctypes.CDLL(str(cuda_emulation.build((folder / "kernel.cu").read_text(), folder / "build",
+                                                cuda_arch=1000)))
+
+
+# cases of several tiles per dimension (the tcgen05 kernels' tiles: 128 x 256, mx_gemm 128 x 128)
+B200_ONE_BLOCK = {"gemm_bf16": {"M": 300, "N": 520, "K": 200, "dtype": "bfloat16"},
+                  "gemm_fp8": {"M": 300, "N": 516, "K": 272, "dtype": "bfloat16"},
+                  "mx_gemm": {"M": 300, "N": 260, "K": 288, "dtype": "bfloat16"}}
+
+
+@pytest.mark.parametrize("kernel", B200_GEMMS)
+def test_b200_gemm_one_persistent_block_walks_every_tile(tmp_path, kernel):
+    """No spec case gives a block more than one tile (148 blocks): launched as one block, the
+    persistent kernel walks all nine tiles, so both tensor-memory accumulators are reused and the
+    stage ring wraps many times, with every mbarrier phase that implies."""
+    from regen.spec import Case
+    cuda_emulation.skip_unless_available()
+    folder = _b200_variant(tmp_path / "one", kernel, recipe_edit={", 148)\", 1, 1]": ", 1)\", 1, 1]"})
+    case = Case.model_validate(B200_ONE_BLOCK[kernel])
+    _run_b200(_b200_build(folder), kernel, case, folder)
+
+
+B200_PLANTED = {
+    # the stage handed back by a plain arrive as soon as its MMAs are issued, not by tcgen05.commit
+    "stage-freed-before-its-mma": ("gemm_bf16", "M384xN256xK1024:,alpha=-1.5",
+                                   {"mma_commit(empty + 8 * s);": "mbar_arrive(empty + 8 * s);"}),
+    # the descriptor's stride byte offset (eight 128-byte rows) halved
+    "descriptor-stride": ("gemm_bf16", "M256xN512xK512:",
+                          {"(static_cast<u64>(1024 >> 4) << 32)": "(static_cast<u64>(512 >> 4) << 32)"}),
+    # e5m2 operands declared where the bytes are e4m3
+    "operand-format": ("gemm_fp8", "M200xN136xK512:",
+                       {"constexpr unsigned TC_IDESC = (1u << 4) |": "constexpr unsigned TC_IDESC = (1u << 4) | (1u << 7) |"}),
+    # every MMA of a slice reads the first block's scales (scale-factor id 0)
+    "scale-factor-id": ("mx_gemm", "M130xN96xK1056:", {"mx_idesc(k), tsa, tsb": "mx_idesc(0), tsa, tsb"}),
+    # the scale blocks written row-major (4 r) instead of tcgen05.cp's 16 (r % 32) + 4 (r / 32)
+    "scale-layout": ("mx_gemm", "M130xN96xK1056:", {"+ 16 * r0) =": "+ 4 * r0) ="}),
+    # the e2m1 bytes in the upper half of each padded 16-byte chunk
+    "e2m1-padding": ("mx_gemm", "M64xN64xK256:",
+                     {"make_uint4(src[0], src[1], 0u, 0u)": "make_uint4(0u, 0u, src[0], src[1])"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(B200_PLANTED))
+def test_b200_gemm_emulation_catches_planted_mistakes(tmp_path, name):
+    """The tcgen05 model is a real check: each planted mistake (a stage freed before its MMAs
+    are done, a wrong descriptor stride, operand format, scale-factor id, scale layout or e2m1
+    padding) gives a wrong result where the committed kernel passes."""
+    cuda_emulation.skip_unless_available()
+    kernel, label, edit = B200_PLANTED[name]
+    case = spec(kernel).correctness_cases()[_case_index(kernel, label)]
+    folder = _b200_variant(tmp_path / "bad", kernel, source_edit=edit)
+    with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
+        _run_b200(_b200_build(folder), kernel, case, folder)
 
 
 # -- the persistent megakernel: one launch for a decoder layer, stages ordered by counters ---------

@@ -1,8 +1,8 @@
 """The committed bf16 GEMMs, checked without their hardware: every shape the specs benchmark reaches
 the tensor-core kernel of each column, the others reach the kernel made for them, and the machine
 code of the tensor-core kernels shows the technique each claims (TMA tensor copies, wgmma with
-register reallocation and an stmatrix + TMA-store epilogue on sm_90a, mma.sync on sm_100a, MFMA
-on CDNA). Correctness of every kernel against the oracle is checked under the CUDA emulation
+register reallocation and an stmatrix + TMA-store epilogue on sm_90a; on sm_100a TMA and tcgen05
+for gemm_bf16, gemm_fp8 and mx_gemm, mma.sync for gemm_bf16_nn; MFMA on CDNA). Correctness of every kernel against the oracle is checked under the CUDA emulation
 (test_cuda_emulation.py, which models TMA, mbarriers and wgmma) and by the host judge (cpu)."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from support.library import ROOT, spec, target
 GEMMS = ["gemm_bf16", "gemm_bf16_nn"]
 # (kernel, column) -> the tensor-core kernel every bench shape must reach
 FAST = {("gemm_bf16", "h200"): "gemm_bf16_tn_tma_bf16", ("gemm_bf16_nn", "h200"): "gemm_bf16_nn_tma_bf16",
+        ("gemm_bf16", "b200"): "gemm_bf16_tc_tma_bf16", ("gemm_bf16_nn", "b200"): "gemm_bf16_tn_mma_bf16",
         **{(k, t): name for k in GEMMS for t, name in (
-            ("b200", "gemm_bf16_tn_mma_bf16"), ("mi350", "gemm_bf16_tn_mfma_bf16"),
-            ("mi300x", "gemm_bf16_tn_mfma_bf16"))}}
+            ("mi350", "gemm_bf16_tn_mfma_bf16"), ("mi300x", "gemm_bf16_tn_mfma_bf16"))}}
 GENERAL = {"gemm_bf16": "gemm_bf16_general_bf16", "gemm_bf16_nn": "gemm_bf16_nn_general_bf16"}
 SPLITK = {"gemm_bf16": "gemm_bf16_tn_splitk_bf16", "gemm_bf16_nn": "gemm_bf16_nn_splitk_bf16"}
 REDUCE = "gemm_bf16_splitk_reduce_bf16"
@@ -71,7 +71,7 @@ def test_every_bench_shape_reaches_the_tensor_core_kernel(kernel):
                                    {"M": 128, "N": 256, "K": 72}, {"M": 3, "N": 5, "K": 7}])
 def test_shapes_off_the_tile_grid_take_the_bounds_checked_kernel_alone_off_h200(kernel, sizes):
     for name in _targets(kernel):
-        if name == "h200":
+        if name == "h200" or (kernel, name) == ("gemm_bf16", "b200"):   # TMA takes any 16-byte rows
             continue
         ran = _launched(kernel, name, sizes)
         assert "gemm_bf16_general_bf16" in ran and FAST[kernel, name] not in ran, f"{name} {sizes}: {ran}"
@@ -149,13 +149,58 @@ def test_h200_fast_kernel_shows_tma_wgmma_register_reallocation_and_a_tma_store_
     assert (len(transposed) == len(hgmma)) if kernel == "gemm_bf16_nn" else not transposed
 
 
-def test_b200_fast_kernel_is_mma_sync_not_tcgen05(sass):
-    """What the b200 artifact is, stated by its machine code: HMMA, and no UTC*MMA (tcgen05)."""
-    result = sass("gemm_bf16", "b200")
-    fast = FAST["gemm_bf16", "b200"]
+def test_b200_nn_fast_kernel_is_mma_sync_not_tcgen05(sass):
+    """What the b200 gemm_bf16_nn artifact is, stated by its machine code: HMMA, and no UTC*MMA
+    (tcgen05)."""
+    result = sass("gemm_bf16_nn", "b200")
+    fast = FAST["gemm_bf16_nn", "b200"]
     assert missing_instructions(result.disassembly, ["HMMA.16816.F32.BF16", "LDSM"], kernel=fast) == []
     assert missing_instructions(result.disassembly, ["UTCHMMA", "UTCQMMA"], kernel=fast) == \
         ["UTCHMMA", "UTCQMMA"]
+
+
+@pytest.mark.parametrize("sizes,want", [
+    ({"M": 129, "N": 256, "K": 64}, "gemm_bf16_tc_tma_bf16"),
+    ({"M": 1, "N": 1024, "K": 4096}, "gemm_bf16_tc_tma_bf16"),
+    ({"M": 7, "N": 1, "K": 1000}, "gemm_bf16_tc_direct_bf16"),
+    ({"M": 128, "N": 200, "K": 72}, "gemm_bf16_tc_tma_bf16"),
+    ({"M": 128, "N": 257, "K": 64}, "gemm_bf16_tc_direct_bf16"),
+    ({"M": 129, "N": 256, "K": 100}, "gemm_bf16_general_bf16"),
+    ({"M": 1, "N": 1, "K": 1}, "gemm_bf16_general_bf16")])
+def test_on_b200_16_byte_rows_take_the_tcgen05_kernel(sizes, want):
+    """TMA loads zeros outside A and B, so any K that keeps rows 16-byte aligned takes the tcgen05
+    kernel (its TMA-store entry where C's rows are aligned too); other K the bounds-checked one."""
+    assert _launched("gemm_bf16", "b200", sizes) == [want]
+
+
+# kernel -> (its tcgen05 entry points, the MMA instruction each must show)
+B200_TC = {"gemm_bf16": (["gemm_bf16_tc_tma_bf16", "gemm_bf16_tc_direct_bf16"], "UTCHMMA"),
+           "gemm_fp8": (["gemm_fp8_tc_tma_bf16", "gemm_fp8_tc_direct_bf16"], "UTCQMMA"),
+           "mx_gemm": (["mx_gemm_tc_tma_bf16", "mx_gemm_tc_direct_bf16"], "UTCQMMA")}
+
+
+@pytest.mark.parametrize("kernel", sorted(B200_TC))
+def test_b200_gemms_are_tcgen05_fed_by_tma(sass, kernel):
+    """The b200 GEMMs on sm_100a, stated by their machine code: tcgen05 MMAs (UTCHMMA for bf16,
+    UTCQMMA for e4m3 and for mx_gemm's block-scaled e4m3 x e2m1) with their commits (UTCBAR), TMA
+    tensor loads, tensor-memory loads in the epilogue (LDTM), TMA stores in the aligned entry
+    point, no mma.sync, no spills; mx_gemm copies its scales into tensor memory (UTCCP) and its
+    MMA takes them as a tensor-memory operand after the instruction descriptor."""
+    result = sass(kernel, "b200")
+    entries, mma = B200_TC[kernel]
+    for entry in entries:
+        assert missing_instructions(result.disassembly, [mma, "UTCBAR", "UTMALDG.2D", "LDTM.x32"],
+                                    kernel=entry) == [], entry
+        assert missing_instructions(result.disassembly, ["HMMA"], kernel=entry) == ["HMMA"], entry
+    assert missing_instructions(result.disassembly, ["UTMASTG.2D"], kernel=entries[0]) == []
+    assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources
+    scaled = [line for line in result.disassembly.splitlines()
+              if re.search(r"\bUTC\w*MMA\b[^;]*\bidesc\[\w+\], tmem\[", line)]
+    if kernel == "mx_gemm":
+        assert missing_instructions(result.disassembly, ["UTCCP"], kernel=entries[0]) == []
+        assert len(scaled) == len([line for line in result.disassembly.splitlines() if "UTCQMMA" in line])
+    else:
+        assert not scaled
 
 
 @pytest.mark.parametrize("name", ["mi300x", "mi350"])

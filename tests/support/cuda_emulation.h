@@ -129,6 +129,9 @@ struct EmuBarrier { unsigned expected = 0, pending = 0; long long tx = 0; unsign
 struct EmuTmaCopy { unsigned smem; unsigned char map[128]; int coords[5]; unsigned bar; bool store;
                     const unsigned char* src; unsigned bytes; };
 struct EmuWgmma { float* d; int n, scale_d, tnsp_a, tnsp_b, kind; uint64_t da, db; unsigned group; };
+// a tcgen05 operation in flight: an MMA (kind 0 f16, 1 f8f6f4, 2 mxf8f6f4 block-scaled), a
+// tcgen05.cp (32x128b.warpx4) or a commit (arrive on `bar` once everything before it is done)
+struct EmuTcOp { int type; unsigned d, sfa, sfb, idesc, bar; uint64_t a, b; int accumulate, kind; };
 struct EmuThreadAsync {
   std::vector<EmuWgmma> wgmma;          // issued, not yet retired by wgmma.wait_group
   unsigned wgmma_groups = 0;            // groups committed so far
@@ -147,6 +150,10 @@ struct EmuBlock {
   std::vector<std::pair<unsigned, EmuBarrier>> barriers;   // by shared address
   std::vector<EmuTmaCopy> tma_loads;    // issued, landing when their barrier is waited on
   unsigned named_arrived[16] = {}; unsigned long named_gen[16] = {};
+  // Blackwell (see "Blackwell's tensor memory and tcgen05" below)
+  std::vector<uint32_t> tmem;           // 128 lanes x 512 columns of 32 bits, on the first alloc
+  std::vector<std::pair<unsigned, unsigned>> tmem_allocs;   // (first column, columns)
+  std::vector<struct EmuTcOp> tc_ops;   // tcgen05 mma / cp / commit issued, not yet performed
 };
 struct Emu {
   dim3 grid, block;
@@ -410,11 +417,14 @@ inline void emu_mbar_complete_tx(unsigned addr, unsigned bytes) {
   emu_mbar_settle(b);
 }
 inline void emu_tma_land(EmuTmaCopy& c);
+inline void emu_tcgen05_complete(unsigned bar);
 // try_wait.parity: true once the phase of that parity has completed (the current phase's parity
-// differs); lands the copies that complete on this barrier first, and yields when not done
+// differs); lands the copies that complete on this barrier first (and performs the tcgen05
+// operations a commit to it waits for), and yields when not done
 inline bool emu_mbar_try_wait(unsigned addr, unsigned parity) {
   std::vector<EmuTmaCopy>& loads = emu_blk().tma_loads;
   const unsigned bar = emu_cluster_addr(addr);
+  emu_tcgen05_complete(bar);
   for (size_t i = 0; i < loads.size();) {
     if (loads[i].bar == bar) {
       EmuTmaCopy c = loads[i];
@@ -741,6 +751,229 @@ inline void emu_ldmatrix(unsigned* r, int count, bool trans, const void* row) {
   }
   emu_warp_barrier();
 }
+// -- Blackwell's tensor memory and tcgen05 (sm_100a) ---------------------------------------------
+// A kernel reaches these from the `#else` branch of its tcgen05 inline PTX, with the device code's
+// own tensor-memory addresses (lane << 16 | column), shared-memory descriptors and instruction
+// descriptors:
+//  * tensor memory: 128 lanes x 512 columns of 32 bits per block, poisoned (NaN bits) when the
+//    block starts; tcgen05.alloc (whole warp: a power of two of 32..512 columns, the address
+//    written to shared memory), tcgen05.dealloc (the same range, nothing in flight); a block that
+//    exits still holding columns fails;
+//  * tcgen05.mma, cta_group::1, M = 128 (row i of D is lane i), K-major operands: the 64-bit
+//    shared-memory descriptor of sm_100 (start, leading and stride byte offsets in 16-byte units at
+//    bits 0, 16 and 32, the version 1 at bit 46, base offset 0, layout at bits 61-63: 0 none, 2
+//    128-byte, 4 64-byte, 6 32-byte swizzle); the instruction descriptor's D format (float32),
+//    A and B formats (kind::f16: f16 0, bf16 1; kind::f8f6f4 and mxf8f6f4: e4m3 0, e5m2 1, e2m1
+//    5 in the padded layout, 16 elements in the first 8 bytes of each 16), N >> 3 at bit 17,
+//    M >> 4 at bit 24; anything else set (sparsity, negation, MN-major, saturation) aborts;
+//  * block scaling (kind::mxf8f6f4.block_scale, scale_vec::1X, ue8m0 at bit 23): one scale per
+//    row per instruction from tensor memory, row r of A at lane r, column (scale A's column +
+//    r / 32), byte a_sf_id (bits 29-30); row r of B at lane r % 32 + 32 ((r / 32) % 4), column
+//    (scale B's column + r / 32), byte b_sf_id (bits 4-5): the layout tcgen05.cp.32x128b.warpx4
+//    writes from 512 bytes whose 16-byte row l holds rows l, l + 32, l + 64, l + 96 (4 bytes each);
+//  * tcgen05.cp.32x128b.warpx4: 32 rows of 16 bytes (through a descriptor) into 4 columns of
+//    lanes l, l + 32, l + 64 and l + 96;
+//  * tcgen05.commit: an arrive on the mbarrier once every earlier operation is done. Operations
+//    are performed in issue order, lazily (when a thread waits on the barrier of a later commit:
+//    operands are read as late as the hardware may) or, in the eager mode, at issue;
+//  * tcgen05.ld.32x32b: warp w reads lanes 32 (w % 4) .. + 31 (its address names that lane
+//    quadrant), thread l lane 32 (w % 4) + l, consecutive columns.
+inline EmuBlock& emu_tmem_block() {
+  EmuBlock& b = emu_blk();
+  if (b.tmem.empty()) b.tmem.assign(128 * 512, 0x7fffffffu);
+  return b;
+}
+inline void emu_tmem_check(unsigned addr, unsigned cols, const char* what) {
+  const unsigned col = addr & 0xFFFFu;
+  for (const auto& a : emu_blk().tmem_allocs)
+    if (col >= a.first && col + cols <= a.first + a.second) return;
+  fprintf(stderr, "emu: %s: tensor memory columns %u..%u are not allocated\n", what, col, col + cols - 1);
+  abort();
+}
+inline void emu_tcgen05_alloc(unsigned dst, unsigned cols) {
+  Emu* e = g_emu;
+  const unsigned me = emu_fid();
+  if (e->wlive[me / 32] != 32) emu_fail("tcgen05.alloc without the full warp");
+  if ((me & 31u) == 0) {
+    if (cols < 32 || cols > 512 || (cols & (cols - 1))) emu_fail("tcgen05.alloc: columns not a power of two in 32..512");
+    EmuBlock& b = emu_tmem_block();
+    unsigned at = 512;
+    for (unsigned c = 0; c + cols <= 512 && at == 512; c += cols) {
+      bool free = true;
+      for (const auto& a : b.tmem_allocs) free = free && (c + cols <= a.first || a.first + a.second <= c);
+      if (free) at = c;
+    }
+    if (at == 512) emu_fail("tcgen05.alloc: not enough free tensor memory");
+    b.tmem_allocs.push_back({at, cols});
+    memcpy(emu_smem(dst, 4), &at, 4);   // lane 0, column `at`
+  }
+  ++e->events;
+  emu_warp_barrier();
+}
+inline void emu_tcgen05_dealloc(unsigned addr, unsigned cols) {
+  Emu* e = g_emu;
+  const unsigned me = emu_fid();
+  if (e->wlive[me / 32] != 32) emu_fail("tcgen05.dealloc without the full warp");
+  if ((me & 31u) == 0) {
+    EmuBlock& b = emu_blk();
+    for (const auto& op : b.tc_ops)
+      if (op.type != 2) emu_fail("tcgen05.dealloc while tcgen05 operations are still in flight");
+    size_t i = 0;
+    while (i < b.tmem_allocs.size() && !(b.tmem_allocs[i].first == addr && b.tmem_allocs[i].second == cols)) ++i;
+    if (i == b.tmem_allocs.size()) emu_fail("tcgen05.dealloc of a range tcgen05.alloc did not return");
+    b.tmem_allocs.erase(b.tmem_allocs.begin() + long(i));
+  }
+  ++e->events;
+  emu_warp_barrier();
+}
+// shared address of byte `kbyte` (along K) of row `row` of a K-major operand behind an sm_100
+// shared-memory descriptor
+inline unsigned emu_umma_desc_addr(uint64_t desc, unsigned row, unsigned kbyte) {
+  const unsigned start = unsigned(desc & 0x3FFF) << 4, lbo = unsigned((desc >> 16) & 0x3FFF) << 4,
+                 sbo = unsigned((desc >> 32) & 0x3FFF) << 4, layout = unsigned(desc >> 61);
+  if (((desc >> 46) & 3u) != 1) emu_fail("tcgen05 descriptor version (bits 46-47) is not 1");
+  if ((desc >> 49) & 7u) emu_fail("tcgen05 descriptor base offset other than 0 is not modelled");
+  if ((desc >> 52) & 0x1FFu) emu_fail("tcgen05 descriptor bits 52-60 (absolute LBO mode, reserved) set");
+  if ((desc >> 14) & 3u || (desc >> 30) & 3u) emu_fail("tcgen05 descriptor reserved bits 14-15 or 30-31 set");
+  const unsigned span = layout == 2 ? 128 : layout == 4 ? 64 : layout == 6 ? 32 : layout == 0 ? 0 : 1;
+  if (span == 1) emu_fail("tcgen05 descriptor layout type not modelled (only none, 32B, 64B, 128B swizzle)");
+  if (span) {
+    if (kbyte >= span) emu_fail("tcgen05 K slice wider than the descriptor's swizzle span");
+    return emu_swizzle(start + (row / 8) * sbo + (row % 8) * span + kbyte, span);
+  }
+  return start + (row / 8) * sbo + (row % 8) * 16 + (kbyte / 16) * lbo + kbyte % 16;
+}
+inline float emu_e2m1(unsigned v) {
+  static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  return (v & 8u) ? -mag[v & 7u] : mag[v & 7u];
+}
+// the K elements of one row of an operand: kind 0 (f16: format 0 f16, 1 bf16; 16 elements) or
+// kinds 1, 2 (f8f6f4: format 0 e4m3, 1 e5m2, 5 e2m1 padded; 32 elements)
+inline int emu_umma_row(uint64_t desc, unsigned row, int kind, unsigned fmt, float* out) {
+  if (kind == 0) {
+    if (fmt > 1) emu_fail("kind::f16 operand format other than f16 or bf16");
+    for (unsigned k = 0; k < 16; ++k) out[k] = emu_elem(emu_umma_desc_addr(desc, row, 2 * k), fmt ? 0 : 1);
+    return 16;
+  }
+  if (fmt != 0 && fmt != 1 && fmt != 5) emu_fail("kind::f8f6f4 operand format not modelled (e4m3, e5m2, e2m1)");
+  for (unsigned k = 0; k < 32; ++k) {
+    if (fmt == 5) {
+      const unsigned char v = *emu_smem(emu_umma_desc_addr(desc, row, (k / 16) * 16 + (k % 16) / 2), 1);
+      out[k] = emu_e2m1(k % 2 ? v >> 4 : v & 15u);
+    } else {
+      out[k] = emu_elem(emu_umma_desc_addr(desc, row, k), fmt ? 3 : 2);
+    }
+  }
+  return 32;
+}
+inline float emu_ue8m0(const EmuBlock& b, unsigned lane, unsigned col, unsigned id) {
+  const unsigned v = (b.tmem[lane * 512 + col] >> (8 * id)) & 0xFFu;
+  return v == 255 ? NAN : ldexpf(1.0f, int(v) - 127);
+}
+inline void emu_tcgen05_mma_run(EmuBlock& b, const EmuTcOp& op) {
+  const unsigned id = op.idesc, scaled = op.kind == 2;
+  if (id & 0xFu) emu_fail("tcgen05 instruction descriptor: sparsity or saturation (bits 0-3) set");
+  if (!scaled && ((id >> 4) & 3u) != 1) emu_fail("tcgen05 instruction descriptor: D format is not float32");
+  if ((id >> 6) & 1u) emu_fail("tcgen05 instruction descriptor: reserved bit 6 set");
+  if ((id >> 13) & 3u) emu_fail("tcgen05 instruction descriptor: negation is not modelled");
+  if ((id >> 15) & 3u) emu_fail("tcgen05 instruction descriptor: MN-major operands are not modelled");
+  if (!scaled && (id >> 23) & 1u) emu_fail("tcgen05 instruction descriptor: reserved bit 23 set");
+  if (scaled && !((id >> 23) & 1u)) emu_fail("tcgen05 block scaling: scale format is not ue8m0 (bit 23)");
+  if (!scaled && (id >> 29)) emu_fail("tcgen05 instruction descriptor: bits 29-31 set");
+  if (scaled && (id >> 31)) emu_fail("tcgen05 block scaling: K size bit 31 set");
+  const unsigned n = ((id >> 17) & 63u) << 3, m = ((id >> 24) & 31u) << 4;
+  if (m != 128) emu_fail("tcgen05.mma: only M = 128 (cta_group::1) is modelled");
+  if (n < 16 || n > 256 || n % 16) emu_fail("tcgen05.mma: N must be a multiple of 16 in 16..256 for M = 128");
+  if (op.d >> 16) emu_fail("tcgen05.mma: D's address names a lane other than 0");
+  emu_tmem_check(op.d, n, "tcgen05.mma D");
+  const unsigned afmt = (id >> 7) & 7u, bfmt = (id >> 10) & 7u, d0 = op.d & 0xFFFFu;
+  unsigned sfa = 0, sfb = 0, ida = 0, idb = 0;
+  if (scaled) {
+    if (op.sfa >> 16 || op.sfb >> 16) emu_fail("tcgen05.mma block scaling: a scale address names a lane other than 0");
+    sfa = op.sfa & 0xFFFFu; sfb = op.sfb & 0xFFFFu; ida = (id >> 29) & 3u; idb = (id >> 4) & 3u;
+    emu_tmem_check(op.sfa, 4, "tcgen05.mma scale A");
+    emu_tmem_check(op.sfb, (n + 31) / 32, "tcgen05.mma scale B");
+  }
+  static float a[128][32], bm[256][32];
+  int kk = 0;
+  for (unsigned i = 0; i < 128; ++i) kk = emu_umma_row(op.a, i, op.kind, afmt, a[i]);
+  for (unsigned j = 0; j < n; ++j) emu_umma_row(op.b, j, op.kind, bfmt, bm[j]);
+  for (unsigned i = 0; i < 128; ++i) {
+    const float sa = scaled ? emu_ue8m0(b, i, sfa + i / 32, ida) : 1.0f;
+    for (unsigned j = 0; j < n; ++j) {
+      float s = 0.0f;
+      for (int k = 0; k < kk; ++k) s = fmaf(a[i][k], bm[j][k], s);
+      if (scaled) s *= sa * emu_ue8m0(b, j % 32 + 32 * ((j / 32) % 4), sfb + j / 32, idb);
+      uint32_t& cell = b.tmem[i * 512 + d0 + j];
+      const float prior = op.accumulate ? __uint_as_float(cell) : 0.0f;
+      cell = __float_as_uint(prior + s);
+    }
+  }
+}
+inline void emu_tcgen05_cp_run(EmuBlock& b, const EmuTcOp& op) {
+  if (op.d >> 16) emu_fail("tcgen05.cp.32x128b.warpx4: the address names a lane other than 0");
+  emu_tmem_check(op.d, 4, "tcgen05.cp");
+  const unsigned col = op.d & 0xFFFFu;
+  for (unsigned r = 0; r < 32; ++r) {
+    uint32_t w[4];
+    for (unsigned q = 0; q < 4; ++q) memcpy(&w[q], emu_smem(emu_umma_desc_addr(op.a, r, 4 * q), 4), 4);
+    for (unsigned rep = 0; rep < 4; ++rep)
+      for (unsigned q = 0; q < 4; ++q) b.tmem[(32 * rep + r) * 512 + col + q] = w[q];
+  }
+}
+// perform the block's tcgen05 operations in issue order up to the last commit to `bar` (every
+// commit passed arrives on its barrier)
+inline void emu_tcgen05_complete(unsigned bar) {
+  EmuBlock& b = emu_blk();
+  size_t last = b.tc_ops.size();
+  for (size_t i = 0; i < b.tc_ops.size(); ++i)
+    if (b.tc_ops[i].type == 2 && b.tc_ops[i].bar == bar) last = i;
+  if (last == b.tc_ops.size()) return;
+  std::vector<EmuTcOp> ops(b.tc_ops.begin(), b.tc_ops.begin() + long(last) + 1);
+  b.tc_ops.erase(b.tc_ops.begin(), b.tc_ops.begin() + long(last) + 1);
+  for (const auto& op : ops) {
+    if (op.type == 0) emu_tcgen05_mma_run(b, op);
+    else if (op.type == 1) emu_tcgen05_cp_run(b, op);
+    else emu_mbar_arrive(op.bar);
+  }
+}
+inline void emu_tcgen05_issue(const EmuTcOp& op) {
+  EmuBlock& b = emu_tmem_block();
+  ++g_emu->events;
+  if (g_emu_eager_tma && b.tc_ops.empty()) {
+    if (op.type == 0) emu_tcgen05_mma_run(b, op);
+    else if (op.type == 1) emu_tcgen05_cp_run(b, op);
+    else emu_mbar_arrive(op.bar);
+    return;
+  }
+  b.tc_ops.push_back(op);
+}
+// tcgen05.mma.cta_group::1.kind::{f16 (kind 0), f8f6f4 (1)} [d], adesc, bdesc, idesc, accumulate
+// and kind::mxf8f6f4.block_scale (2) with [scale A], [scale B]: one thread issues it
+inline void emu_tcgen05_mma(unsigned d, uint64_t adesc, uint64_t bdesc, unsigned idesc, int accumulate,
+                            int kind, unsigned sfa = 0, unsigned sfb = 0) {
+  if (kind < 0 || kind > 2) emu_fail("tcgen05.mma kind not modelled");
+  emu_tcgen05_issue(EmuTcOp{0, d, sfa, sfb, idesc, 0, adesc, bdesc, accumulate, kind});
+}
+// tcgen05.cp.cta_group::1.32x128b.warpx4 [taddr], sdesc
+inline void emu_tcgen05_cp_32x128b_warpx4(unsigned taddr, uint64_t sdesc) {
+  emu_tcgen05_issue(EmuTcOp{1, taddr, 0, 0, 0, 0, sdesc, 0, 0, 0});
+}
+// tcgen05.commit.cta_group::1.mbarrier::arrive::one [bar]
+inline void emu_tcgen05_commit(unsigned bar) {
+  emu_barrier(bar);
+  emu_tcgen05_issue(EmuTcOp{2, 0, 0, 0, 0, emu_cluster_addr(bar), 0, 0, 0, 0});
+}
+// tcgen05.ld.sync.aligned.32x32b.x{n}.b32: this thread's lane, n consecutive columns
+inline void emu_tcgen05_ld_32x32b(uint32_t* out, unsigned n, unsigned taddr) {
+  const unsigned warp = emu_lin() / 32, lane = emu_lin() % 32;
+  if ((taddr >> 16) != 32 * (warp % 4)) emu_fail("tcgen05.ld: the address is not this warp's lane quadrant (32 (warp % 4))");
+  emu_tmem_check(taddr, n, "tcgen05.ld");
+  const EmuBlock& b = emu_tmem_block();
+  const unsigned row = (taddr >> 16) + lane, col = taddr & 0xFFFFu;
+  for (unsigned j = 0; j < n; ++j) out[j] = b.tmem[row * 512 + col + j];
+  ++g_emu->events;
+}
 #ifdef EMU_HIP
 // CDNA3/CDNA4 MFMA (v_mfma_f32_{32x32x8,16x16x16}{bf16_1k,f16}, v_mfma_f32_{32x32x16,16x16x32}
 // _fp8_fp8), D = A B + C over one 64-lane wavefront, with the operand and accumulator layouts of
@@ -920,6 +1153,9 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
           memset(b.smem, 0xff, shared_bytes + 16);
           b.barriers.clear();
           b.tma_loads.clear();
+          b.tmem.clear();
+          b.tmem_allocs.clear();
+          b.tc_ops.clear();
           for (int i = 0; i < 16; ++i) { b.named_arrived[i] = 0; b.named_gen[i] = 0; }
         }
         for (unsigned i = 0; i < nf; ++i) {
@@ -956,6 +1192,17 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
             fprintf(stderr, "emu: deadlock in block %u: threads wait at different barriers\n", x0);
             abort();
           }
+        }
+        for (const auto& b : e.blocks) {
+          if (!b.tmem_allocs.empty()) {
+            fprintf(stderr, "emu: block %u exits holding tensor memory (no tcgen05.dealloc)\n", b.bidx.x);
+            abort();
+          }
+          for (const auto& op : b.tc_ops)
+            if (op.type != 2) {
+              fprintf(stderr, "emu: block %u exits with a tcgen05 operation nobody waited for\n", b.bidx.x);
+              abort();
+            }
         }
       }
   g_emu = nullptr;

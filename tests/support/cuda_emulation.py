@@ -201,7 +201,11 @@ def run(lib, kernel: str, case, inputs: dict, folder: Path | None = None, target
         g = GuardedBuffer(shape, dtype)
         keep.append(g)
         bufs[name] = g.tensor
-        return g.tensor.copy_(fill) if isinstance(fill, torch.Tensor) else g.tensor.fill_(fill)
+        if isinstance(fill, torch.Tensor):
+            return g.tensor.copy_(fill)
+        if fill != fill and not g.tensor.dtype.is_floating_point:   # poison an integer buffer
+            return g.tensor.fill_(torch.iinfo(g.tensor.dtype).max)
+        return g.tensor.fill_(fill)
 
     for name, x in inputs.items():
         buffer(name, list(x.shape), x.dtype, x)
