@@ -193,3 +193,14 @@ def test_new_toolchain_with_an_identical_binary_keeps_the_record(built, tmp_path
     assert "identical binary" in proc.stdout
     status = regen(root, "status", "scale", "--target", "cpu", check=True).stdout  # same local cache
     assert "scale@cpu  up-to-date" in status, status
+
+
+def test_verify_and_bench_act_on_the_named_kernels_alone(built):
+    """Building scale2 brings its component scale along; verifying or timing scale2 does not:
+    a kernel's record depends on its own artifact, not on its components' records."""
+    project, store = Project(built), Store(built / "cache")
+    build = {n.kernel for n in planning.plan(project, store, ["scale2"], ["cpu"])}
+    assert build == {"scale", "scale2"}
+    for intent in ("verify", "bench"):
+        nodes = planning.plan(project, store, ["scale2"], ["cpu"], intent=intent)
+        assert [(n.kernel, n.target) for n in nodes] == [("scale2", "cpu")], intent

@@ -32,7 +32,6 @@ from .signature import ALIGN, Signature, SignatureError, shape_eval
 MAX_PLANS = 4096  # per op: shapes seen; beyond it the cache starts again (dynamic shapes)
 
 
-
 @contextlib.contextmanager
 def _autograd_for_baseline():
     """Grad mode on and autograd dispatch back for a baseline: a backward op's baseline
@@ -47,6 +46,7 @@ def _autograd_for_baseline():
     with torch.enable_grad(), torch._C._ForceDispatchKeyGuard(
             torch._C._dispatch_tls_local_include_set(), excluded):
         yield
+
 
 class RegenOpsWarning(UserWarning):
     """An op ran something other than a verified kernel: torch's baseline, or (opted into) an
