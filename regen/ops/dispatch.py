@@ -39,12 +39,16 @@ def _autograd_for_baseline():
     with grad mode off and a custom op's implementation runs below autograd's dispatch key."""
     import torch
 
+    force = getattr(torch._C, "_ForceDispatchKeyGuard", None)
+    if force is None:   # a torch without the guard: grad mode only (forward baselines need no more)
+        with torch.enable_grad():
+            yield
+        return
     keys = torch._C.DispatchKey
     excluded = torch._C._dispatch_tls_local_exclude_set()
     for k in (keys.AutogradFunctionality, keys.AutogradOther, keys.AutogradNestedTensor):
         excluded = excluded.remove(k)
-    with torch.enable_grad(), torch._C._ForceDispatchKeyGuard(
-            torch._C._dispatch_tls_local_include_set(), excluded):
+    with torch.enable_grad(), force(torch._C._dispatch_tls_local_include_set(), excluded):
         yield
 
 
