@@ -39,8 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag,
+                      ValidationError, field_validator, model_validator)
 
 from . import expr, yamlio
 from .dtypes import DTYPES, short
@@ -54,18 +54,21 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _parsed(v):
+    if isinstance(v, str):
+        expr.parse(v)
+    return v
+
+
+# a count or an expression of the case's symbols, parsed when the recipe is read
+ExprOrInt = Annotated[Union[str, int], AfterValidator(_parsed)]
+
+
 class TensorArg(Strict):
     """A buffer passed `offset` elements past its start (a view; the runtime checks the range)."""
 
     tensor: str
-    offset: str | int = 0
-
-    @field_validator("offset")
-    @classmethod
-    def _offset(cls, v):
-        if isinstance(v, str):
-            expr.parse(v)
-        return v
+    offset: ExprOrInt = 0
 
 
 class Launch(Strict):
@@ -99,16 +102,9 @@ class Repeat(Strict):
     """Launches run `repeat` times in order (a decoder's layers), `index` counting 0, 1, ... in
     their expressions (`when`, grid, arguments, offsets)."""
 
-    repeat: str | int
+    repeat: ExprOrInt
     index: str = Field(default="i", pattern=r"^[a-z][a-z0-9_]*$")
     launches: list[Launch] = Field(min_length=1)
-
-    @field_validator("repeat")
-    @classmethod
-    def _count(cls, v):
-        if isinstance(v, str):
-            expr.parse(v)
-        return v
 
 
 class Workspace(Strict):
@@ -150,21 +146,16 @@ class TensorMap(Strict):
     def _rules(self):
         check_declaration(self.model_dump())
         return self
+
+
 class Timeline(Strict):
     """The instrumentation contract (regen/timeline.py): `buffer` names the argument that carries
     the record buffer; `slots` records of 32 bytes are allocated and zeroed for a profiled run;
     `ops` names the op ids the kernel records."""
 
     buffer: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    slots: str | int
+    slots: ExprOrInt
     ops: list[str] = Field(min_length=1)
-
-    @field_validator("slots")
-    @classmethod
-    def _slots(cls, v):
-        if isinstance(v, str):
-            expr.parse(v)
-        return v
 
 
 def _item_kind(v) -> str:
