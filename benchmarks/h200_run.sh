@@ -17,7 +17,7 @@ steps=${*:-env ceilings verify tests}
 # shares the h200 column's sm90 entries; records name the GPU either way
 TARGET=${REGEN_TARGET:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
   sed -nE 's/.*(H100|H200|B200|A100).*/\1/p' | tr A-Z a-z)}
-TARGET=${TARGET:-h200}; echo "target: $TARGET"
+TARGET=${TARGET:-h200}; export REGEN_TARGET=$TARGET; echo "target: $TARGET"
 # REGEN_BUDGET_S: the device seconds this run may use (a lent machine's budget); every verification
 # gets at most REGEN_STEP_S (default 300) of it, and steps are skipped once under 20 s are left,
 # so a run ordered by priority ends with the records it could finish rather than being cut off

@@ -6,7 +6,7 @@
   4. a CUDA graph capturing regen ops, replayed on new data
   5. torch._dynamo.explain of the patched example model: one graph, no breaks
   6. host overhead per call against torch's own ops (benchmarks/ops_overhead.py)
-  7. `regen export -t h200`, imported in a process where regen cannot be imported, on CUDA
+  7. `regen export -t TARGET`, imported in a process where regen cannot be imported, on CUDA
   8. the model bench table (benchmarks/model_bench.py; OPS_DEVICE_LAYERS layers, default 4,
      prefill 8 x 2048, forward only)
   9. training steps through regen ops, forward and backward (examples/train_step.py: Llama-3.2-1B
@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 T0 = time.perf_counter()
+TARGET = os.environ.get("REGEN_TARGET", "h200")  # h200_run.sh sets the column of this GPU
 
 
 def say(text: str = "") -> None:
@@ -132,10 +133,10 @@ def main() -> int:
 
     say(ops_overhead.table(ops_overhead.measure("cuda", calls=2000)))
 
-    step("7. regen export -t h200, imported without regen")
+    step(f"7. regen export -t {TARGET}, imported without regen")
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "pkg"
-        proc = subprocess.run([sys.executable, "-m", "regen.cli", "export", "-t", "h200", "-o",
+        proc = subprocess.run([sys.executable, "-m", "regen.cli", "export", "-t", TARGET, "-o",
                                str(pkg)], capture_output=True, text=True, cwd=REPO, timeout=300)
         say("  " + (proc.stdout + proc.stderr).strip().replace("\n", "\n  "))
         blocker = Path(tmp) / "blocker"

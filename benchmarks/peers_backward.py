@@ -14,6 +14,7 @@ L2 (the oracle's peers(): Liger through autograd with its forward untimed). Prin
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET = os.environ.get("REGEN_TARGET", "h200")  # h200_run.sh sets the column of this GPU
 sys.path.insert(0, str(ROOT))
 
 KERNELS = ["rmsnorm_bwd", "layernorm_bwd", "swiglu_bwd", "rope_bwd", "cross_entropy_bwd",
@@ -39,7 +41,7 @@ def us(s):
 
 
 def regen_bench(kernel: str, timeout: float) -> list[dict] | None:
-    cmd = [sys.executable, "-m", "regen.cli", "bench", kernel, "-t", "h200", "--json",
+    cmd = [sys.executable, "-m", "regen.cli", "bench", kernel, "-t", TARGET, "--json",
            "--iters", str(ITERS.get(kernel, 20))]
     try:
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -53,8 +55,8 @@ def regen_bench(kernel: str, timeout: float) -> list[dict] | None:
         return None
 
 
-def has_h200_artifact(kernel: str) -> bool:
-    return (ROOT / "cache" / kernel / "h200" / "current.json").exists()
+def has_artifact(kernel: str) -> bool:
+    return (ROOT / "cache" / kernel / TARGET / "current.json").exists()
 
 
 def _time(torch, fn, args, iters: int) -> float | None:
@@ -79,13 +81,13 @@ def _time(torch, fn, args, iters: int) -> float | None:
 
 
 def direct(kernel: str, torch) -> None:
-    """No h200 artifact yet: the torch baselines and the peers on the GPU bench case."""
+    """No artifact for the target yet: the torch baselines and the peers on the GPU bench case."""
     from regen.oracle import load_oracle
     from regen.project import Project
 
     spec = Project(ROOT).spec(kernel)
     oracle = load_oracle(ROOT / "oracles" / f"{kernel}.py")
-    target = Project(ROOT).target("h200")
+    target = Project(ROOT).target(TARGET)
     for case in spec.bench_cases(target):
         env = spec.case_env(case)
         view = SimpleNamespace(sizes=dict(case.sizes), dtype=getattr(torch, env["T"]),
@@ -93,7 +95,7 @@ def direct(kernel: str, torch) -> None:
                                dist=case.dist, device="cuda", name=case.label(env["T"]))
         inputs = oracle.make_inputs(view, 1)
         iters = ITERS.get(kernel, 20)
-        say(f"  {kernel} {view.name} (no h200 artifact: baselines and peers only)")
+        say(f"  {kernel} {view.name} (no {TARGET} artifact: baselines and peers only)")
         say(f"    torch eager   {us(_time(torch, oracle.baseline, (inputs, view), iters))} µs")
         say(f"    torch.compile {us(_time(torch, torch.compile(oracle.baseline), (inputs, view), iters))} µs")
         for name, peer in sorted(oracle.peers().items()):
@@ -159,12 +161,12 @@ def flce_memory(torch) -> None:
     spec = project.spec("fused_linear_cross_entropy")
     case = Case.model_validate({"N": n, "H": h, "V": v, "dtype": "bfloat16"})
     bound = expr.evaluate(spec.profile.memory, spec.case_env(case))
-    entry = Store(ROOT / "cache").current("fused_linear_cross_entropy", "h200")
+    entry = Store(ROOT / "cache").current("fused_linear_cross_entropy", TARGET)
     if entry is not None:
         say(f"  {'regen':12s} {memory_bytes(spec, entry.recipe(), case) / 2**30:8.2f} GiB "
             f"(outputs + workspaces of its recipe; the spec allows {bound / 2**30:.2f} GiB)")
     else:
-        say(f"  {'regen':12s} no h200 artifact; the spec allows {bound / 2**30:.2f} GiB")
+        say(f"  {'regen':12s} no {TARGET} artifact; the spec allows {bound / 2**30:.2f} GiB")
 
 
 def main() -> int:
@@ -181,7 +183,7 @@ def main() -> int:
             say(f"{kernel}: skipped, the time budget is spent")
             continue
         say(f"{kernel}:")
-        if has_h200_artifact(kernel):
+        if has_artifact(kernel):
             rows = regen_bench(kernel, min(left, 90.0)) or []
             for r in rows:
                 b, peers = r.get("baselines") or {}, r.get("peers") or {}
