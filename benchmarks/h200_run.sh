@@ -3,7 +3,7 @@
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
 #   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ncu:K[:REGEX] cross:K@T
-#          profile:K[:CASE] decode decode:L,.. ops overhead backward
+#          profile:K[:CASE] decode decode:L,.. ops overhead backward small small:K,..
 #          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
@@ -53,6 +53,18 @@ for step in $steps; do
       kernels=""; [ "$step" != bench ] && kernels=${step#bench:} && kernels=${kernels//,/ }
       python3 -m regen.cli bench $kernels --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/bench${kernels:+-${kernels// /-}}.json" 2>&1 | tee -a "$OUT/bench.log" ;;
+    small|small:*)  # decode and small sizes (launch- and tail-bound): regen bench --case, peers beside
+      kernels=rmsnorm,softmax,layernorm,swiglu,rope,cross_entropy; [ "$step" != small ] && kernels=${step#small:}
+      for k in ${kernels//,/ }; do
+        cases=()
+        case $k in
+          rope) for bs in 1,1 8,1 1,64 1,512; do cases+=(--case "B=${bs%,*},S=${bs#*,},H=32,D=128,dtype=bfloat16"); done ;;
+          cross_entropy) for n in 1 8 64; do cases+=(--case "N=$n,V=128256,dtype=bfloat16"); done ;;
+          *) for n in 4096 8192; do for m in 1 8 64 512; do cases+=(--case "M=$m,N=$n,dtype=bfloat16"); done; done ;;
+        esac
+        capped python3 -m regen.cli bench "$k" --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" "${cases[@]}" \
+          --export "$OUT/small-$k.json" 2>&1 | tee -a "$OUT/small.log"
+      done ;;
     variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
       k=${step#variants:}
       python3 benchmarks/variants.py "$k" --target "$TARGET" committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;

@@ -279,3 +279,36 @@ def test_profile_compute_names_the_flops_peak_that_bounds_the_case():
     assert seconds == pytest.approx(2 * 8192 ** 3 / h200.peak("flops_float8").value)
     plain = spec.model_copy(update={"profile": spec.profile.model_copy(update={"compute": None})})
     assert max(floor_terms(plain, h200, case), key=lambda t: t[0])[2] is h200.peak("flops_bfloat16")
+
+
+def test_a_command_line_case_is_checked_like_the_specs_own_cases():
+    from regen.spec import parse_case
+
+    spec = load_spec(ROOT / "specs" / "rmsnorm.yaml")
+    case = parse_case(spec, "M=1, N=4096, dtype=float16, eps=1e-5")
+    assert (case.sizes, case.dtype, case.params) == ({"M": 1, "N": 4096}, "float16", {"eps": 1e-5})
+    assert case.bench and not case.floor   # latency-bound territory: timed, no floor verdict
+    for text, message in [("M=1", "shape symbols ['N'] are not given"),
+                          ("M=1,N=8,dtype=int8", "dtype 'int8' is not in signature.dtypes"),
+                          ("M=1,K=8", "rmsnorm has no 'K' (expected its shape symbols ['M', 'N']"),
+                          ("M=1,N=-3", "N: expected a non-negative integer"),
+                          ("M=1,N=8,eps=x", "eps: expected a float, got 'x'"),
+                          ("M=1,N", "expected NAME=VALUE, got 'N'")]:
+        with pytest.raises(InputError) as err:
+            parse_case(spec, text)
+        assert message in str(err.value) and f"--case {text}" in str(err.value)
+
+
+def test_bench_applies_each_command_line_case_to_the_kernels_it_fits():
+    from regen.commands.bench import _command_line_cases
+    from regen.project import Project
+
+    project = Project(ROOT)
+    nodes = [NS(kernel="rmsnorm", skip=False), NS(kernel="rope", skip=False)]
+    cases = _command_line_cases(project, nodes, ["M=8,N=4096", "B=1,S=1,H=32,D=128"])
+    assert [c.sizes for c in cases["rmsnorm"]] == [{"M": 8, "N": 4096}]
+    assert [c.sizes for c in cases["rope"]] == [{"B": 1, "S": 1, "H": 32, "D": 128}]
+    with pytest.raises(InputError, match="no --case fits rope"):
+        _command_line_cases(project, nodes, ["M=8,N=4096"])
+    with pytest.raises(InputError, match="fits none of the kernels selected"):
+        _command_line_cases(project, nodes[:1], ["M=8,N=4096", "B=1,S=1,H=32,D=128"])

@@ -18,6 +18,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=float, default=900.0, metavar="S",
                         help="seconds per child process")
     parser.add_argument("--export", metavar="FILE", help="write records and the table to FILE")
+    parser.add_argument("--case", action="append", default=[], metavar="NAME=V,..",
+                        help="time this case instead of the spec's benchmark cases, e.g. "
+                             "M=1,N=4096,dtype=bfloat16 (repeatable; checked like the spec's own "
+                             "cases, no floor expectation; applies to each kernel it fits)")
     parser.add_argument("--recorded", action="store_true",
                         help="print the timings in the current records instead of timing here "
                              "(no GPU needed)")
@@ -60,13 +64,14 @@ def run(args) -> int:
                           intent="build" if args.recorded else "bench")
     if args.recorded:
         return _recorded(nodes, args.json)
+    extra = _command_line_cases(project, nodes, args.case)
     rows = []
     results = []
     for n in nodes:
         if n.skip or n.action == planning.UNSUPPORTED:
             continue
         spec = project.spec(n.kernel)
-        bench_cases = spec.bench_cases(project.target(n.target))
+        bench_cases = extra[n.kernel] if extra else spec.bench_cases(project.target(n.target))
         if not bench_cases:
             continue
         r = building.bench_node(ctx, n, bench_cases)
@@ -93,6 +98,32 @@ def run(args) -> int:
         records = [r.record for r in results if r.record]
         Path(args.export).write_text(json.dumps({"records": records, "bench": rows}, indent=1))
     return 1 if any(r.status != "ok" for r in results) else 0
+
+
+def _command_line_cases(project, nodes, texts: list[str]) -> dict:
+    """kernel -> the --case cases that fit it; each kernel must fit one and each case a kernel."""
+    from ..errors import InputError
+    from ..spec import parse_case
+
+    if not texts:
+        return {}
+    out: dict = {}
+    used: set = set()
+    for kernel in dict.fromkeys(n.kernel for n in nodes if not n.skip):
+        spec, fits, why = project.spec(kernel), [], None
+        for text in texts:
+            try:
+                fits.append(parse_case(spec, text))
+                used.add(text)
+            except InputError as exc:
+                why = why or exc
+        if not fits:
+            raise InputError(f"no --case fits {kernel}: {why.detail}", field=why.field)
+        out[kernel] = fits
+    unused = [t for t in texts if t not in used]
+    if unused:
+        raise InputError("fits none of the kernels selected", field=f"--case {unused[0]}")
+    return out
 
 
 def _vs_unfused(rows: list[dict]) -> None:
