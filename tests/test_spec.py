@@ -282,7 +282,7 @@ def test_profile_compute_names_the_flops_peak_that_bounds_the_case():
 
 
 def test_a_command_line_case_is_checked_like_the_specs_own_cases():
-    from regen.spec import parse_case
+    from regen.commands.bench import parse_case
 
     spec = load_spec(ROOT / "specs" / "rmsnorm.yaml")
     case = parse_case(spec, "M=1, N=4096, dtype=float16, eps=1e-5")

@@ -103,7 +103,6 @@ def run(args) -> int:
 def _command_line_cases(project, nodes, texts: list[str]) -> dict:
     """kernel -> the --case cases that fit it; each kernel must fit one and each case a kernel."""
     from ..errors import InputError
-    from ..spec import parse_case
 
     if not texts:
         return {}
@@ -124,6 +123,61 @@ def _command_line_cases(project, nodes, texts: list[str]) -> dict:
     if unused:
         raise InputError("fits none of the kernels selected", field=f"--case {unused[0]}")
     return out
+
+
+def parse_case(spec, text: str):
+    """A benchmark case given on the command line ('M=1,N=4096,dtype=bfloat16'), checked by the
+    same rules as the spec's own cases. It is latency-bound territory by default (floor: false):
+    `regen bench --case` is how one asks "how does it do at my shape" without editing the spec."""
+    import re
+
+    from pydantic import ValidationError
+
+    from ..errors import InputError
+    from ..spec import Case, Spec
+
+    fields: dict = {"bench": True, "floor": False}
+    params = {p.name: p for p in spec.signature.params}
+    symbols = spec.signature.symbols()
+    where = f"--case {text}"
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise InputError(f"expected NAME=VALUE, got {item!r}", field=where)
+        if key in ("dtype", "dist", "name"):
+            fields[key] = value
+        elif key == "floor":
+            fields[key] = value.lower() in ("1", "true", "yes")
+        elif key in params:
+            try:
+                kind = params[key].type
+                fields.setdefault("params", {})[key] = (
+                    float(value) if kind == "float" else
+                    value.lower() in ("1", "true", "yes") if kind == "bool" else int(value))
+            except ValueError:
+                raise InputError(f"{key}: expected a {params[key].type}, got {value!r}",
+                                 field=where) from None
+        elif key in symbols:
+            try:
+                fields[key] = int(value)
+            except ValueError:
+                raise InputError(f"{key}: expected a non-negative integer, got {value!r}",
+                                 field=where) from None
+        else:
+            raise InputError(f"{spec.name} has no {key!r} (expected its shape symbols "
+                             f"{sorted(symbols)}, its parameters {sorted(params)}, dtype, dist or "
+                             "name)", field=where)
+    try:
+        case = Case.model_validate(fields)
+        Spec.model_validate({**spec.model_dump(mode="json", exclude_unset=True),
+                             "cases": [*spec.model_dump(mode="json", exclude_unset=True)["cases"],
+                                       case.model_dump(mode="json", exclude_unset=True)]})
+    except ValidationError as exc:
+        msgs = "; ".join(str(e.get("msg")) for e in exc.errors())
+        raise InputError(re.sub(r"cases\[\d+\]:? ?", "", msgs).removeprefix("Value error, "),
+                         field=where) from None
+    return case
 
 
 def _vs_unfused(rows: list[dict]) -> None:
