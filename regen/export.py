@@ -83,7 +83,7 @@ def export(project, store, targets: list[str], out: Path, package: str,
         raise InputError("exists and is not an exported package; choose an empty folder",
                          file=str(out))
     columns, skipped, binaries, ops = [], [], {}, {}
-    for spec, target in project.pairs(kernels, targets):
+    for spec, target in project.pairs(kernels or project.library_names(), targets):
         node = planning.plan_node(project, store, spec, target)
         if target.language not in _SUFFIX:
             skipped.append(f"{node.label}: no in-process runtime for {target.language} yet")

@@ -53,6 +53,10 @@ class Project:
     def kernel_names(self) -> list[str]:
         return sorted(p.stem for p in self.spec_dir.glob("*.yaml"))
 
+    def library_names(self) -> list[str]:
+        """The kernels a user calls (regen.ops, export): not the technique unit tests."""
+        return [k for k in self.kernel_names() if self.spec(k).library]
+
     def target_names(self) -> list[str]:
         return sorted(p.stem for p in self.target_dir.glob("*.yaml") if not p.stem.startswith("_"))
 

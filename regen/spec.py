@@ -476,6 +476,10 @@ class Spec(Strict):
     composition: Composition | None = None  # the dataflow between components (regen/compose.py)
     targets: list[str] | None = None
     salt: str = ""  # change to force regeneration of this kernel everywhere
+    # false: not a library kernel but a technique's unit test (taxonomy/): built, verified and
+    # shown by `regen taxonomy`, never a regen.ops op nor part of an exported package. Not in
+    # any key (it changes where a kernel is offered, not what it is).
+    library: bool = True
 
     @model_validator(mode="before")
     @classmethod

@@ -61,7 +61,7 @@ class ProjectResolver:
 
     # -- what regen.ops registers -------------------------------------------------------------
     def signatures(self) -> list[dict]:
-        return [signature_data(self.project.spec(k)) for k in self.project.kernel_names()]
+        return [signature_data(self.project.spec(k)) for k in self.project.library_names()]
 
     # -- choosing a column ------------------------------------------------------------------
     def columns(self, device_type: str, index: int | None) -> tuple[list, str | None]:
@@ -178,7 +178,7 @@ class ProjectResolver:
     def status(self, device_type: str, index: int | None = None) -> list[dict]:
         """Per kernel: what a call on this device runs and why (no binary is loaded)."""
         out = []
-        for kernel in self.project.kernel_names():
+        for kernel in self.project.library_names():
             found, why = self.verified(kernel, device_type, index)
             out.append({"kernel": kernel, "column": found.column if found else None,
                         "runs": ("unverified artifact" if found and found.note else
