@@ -1,4 +1,5 @@
-"""The committed cdna (mi350/mi300x) HIP sources of the decode components and the bf16 GEMMs,
+"""The committed cdna (mi350/mi300x) HIP sources of the decode components, the bf16 GEMMs,
+attention and fused_linear_cross_entropy (its chunk loop through the recipe's repeat groups),
 compiled with clang++ against the emulation of the execution model with 64-lane wavefronts
 (tests/support/cuda_emulation.h with EMU_HIP: threads as fibers, real barriers and wavefront
 shuffles, MFMA with the CDNA3 register layouts, buffers ending at a PROT_NONE page) and run on the
@@ -16,7 +17,8 @@ from support import cuda_emulation
 from support.library import assert_matches, committed, edge_cases, excess, oracle, oracle_case, spec
 
 HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attention",
-                "gemm_bf16", "gemm_bf16_nn", "attention"]  # the last three on the MFMA model
+                "gemm_bf16", "gemm_bf16_nn", "attention",   # the last three on the MFMA model
+                "fused_linear_cross_entropy"]               # MFMA (bf16, f16) and SIMT (f32) GEMMs
 # fp8 MFMA: built once per arch, each reading e4m3 in its own format (FNUZ on gfx942, OCP on gfx950)
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
 
@@ -59,6 +61,10 @@ def _hidden_like(kernel):
                       {"B": 1, "Hkv": 1, "G": 1, "S": 20, "D": 600}],
         "gemm_fp8": [{"M": 129, "N": 257, "K": 80}, {"M": 1, "N": 300, "K": 1040, "params": {"per_tensor": True}}],
         "mx_gemm": [{"M": 129, "N": 130, "K": 96}, {"M": 2, "N": 260, "K": 1088}],
+        # two vocabulary chunks (the second one column wide) and two token tiles on the matrix
+        # cores; rows that are not 16-byte aligned (H odd: the element-wise loads) in fp16
+        "fused_linear_cross_entropy": [{"N": 130, "H": 24, "V": 8193, "dtype": "bfloat16"},
+                                       {"N": 9, "H": 33, "V": 200, "dtype": "float16"}],
     }.get(kernel, [])
     base = s.correctness_cases()[-1]
     return [base.model_validate({**base.model_dump(mode="json"), "params": {}, **sizes, "name": None})
