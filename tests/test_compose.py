@@ -379,6 +379,31 @@ def test_a_repeated_step_composes_its_reference_and_its_unfused_plan_is_a_repeat
     assert {"name": "layers__y", "dtype": "T", "shape": [2, "M", "N"]} in recipe["workspace"]
 
 
+
+def test_regen_ops_runs_a_verified_unfused_plan_over_layers(stacked, tmp_path):
+    """A composed kernel whose column holds the unfused plan (repeat groups, per-layer views into
+    stacked buffers) is a regen.ops op like any other: its verified plan runs, not the baseline."""
+    import os
+    import subprocess
+    import sys
+
+    root = _copy(stacked, tmp_path)
+    regen(root, "build", "addv_stack", "-t", "cpu", env={"ANTHROPIC_API_KEY": ""}, check=True)
+    code = """
+import warnings, torch
+import regen.ops as ops
+warnings.simplefilter("error")   # a fallback to the baseline would warn
+x, bs, last = torch.randn(3, 130), torch.randn(5, 130), torch.randn(130)
+y = ops.addv_stack(x, bs, last)
+err = (y.double() - (x.double() + bs.double().sum(0) + last.double())).abs().max().item()
+print(ops.runs("addv_stack", x, bs, last), err < 1e-5)
+"""
+    env = {**os.environ, "REGEN_ROOT": str(root), "REGEN_LOCAL_CACHE": str(root / ".local-cache")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["addv_stack@cpu", "True"]
+
 def _fails_stack(root, mutate, *expected):
     spec = json.loads(json.dumps(STACK))
     mutate(spec)

@@ -26,7 +26,7 @@ import contextlib
 import warnings
 from dataclasses import dataclass
 
-from .launch import NoLaunch, TensorMapError, bind_recipe, workspace
+from .launch import NoLaunch, TensorMapError, bind_recipe, buffers_used, workspace
 from .signature import ALIGN, Signature, SignatureError, shape_eval
 
 MAX_PLANS = 4096  # per op: shapes seen; beyond it the cache starts again (dynamic shapes)
@@ -205,8 +205,7 @@ class KernelOp:
         for name, dt, shape, _zero in workspace(res.recipe, env):
             dtypes[name], shapes[name] = dt, shape
         launches = bind_recipe(res.recipe, env, dtypes, env["T"], shapes)
-        used = {v for *_launch, args in launches for kind, v in args if kind == "tensor"}
-        used |= {v.tensor for *_launch, args in launches for kind, v in args if kind == "tensormap"}
+        used = buffers_used(launches)
         scratch = [(shape, getattr(torch, dt), zero) for name, dt, shape, zero in
                    workspace(res.recipe, env) if name in used]
         names = [*names[:len(names) - len(scratch_names)],

@@ -24,16 +24,20 @@ from ..cudadrv import TensorMapCache
 from ..cudadrv import call as _call
 from ..cudadrv import check as _check
 from ..cudadrv import param_sizes
-from ..dtypes import short
+from ..dtypes import itemsize, short
 from ..expr import evaluate
 from ..tensormap import PARAM_BYTES, TensorMapError, bind_map  # noqa: F401 - dispatch's too
 
 ARG_TYPES = ("int32", "int64", "float32", "float64")
 _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "float32": ctypes.c_float,
            "float64": ctypes.c_double}
-_PACK = {"tensor": "Q", "int32": "i4x", "int64": "q", "float32": "f4x", "float64": "d"}
-_PARAM_SIZES = {"tensor": 8, "tensormap": PARAM_BYTES, "int32": 4, "int64": 8, "float32": 4,
-                "float64": 8}
+# "view": a buffer's pointer plus a byte offset (a recipe's {tensor: NAME, offset: ELEMENTS},
+# what unfused plans over layers pass), value (name, byte offset); "tensor" is the offset-0 case
+_PACK = {"tensor": "Q", "view": "Q", "int32": "i4x", "int64": "q", "float32": "f4x",
+         "float64": "d"}
+_PARAM_SIZES = {"tensor": 8, "view": 8, "tensormap": PARAM_BYTES, "int32": 4, "int64": 8,
+                "float32": 4, "float64": 8}
+_POINTERS = ("tensor", "view")
 _INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
 
@@ -53,43 +57,82 @@ def bind_recipe(recipe: dict, env: dict, buffers, dtype: str, shapes: dict | Non
                 ) -> list[tuple]:
     """The recipe evaluated for one call, as regen.recipe.bind does for the judge:
     [(kernel, grid, block, shared_mem, [(kind, value), ...]), ...] where kind "tensor" carries a
-    buffer name and "tensormap" a regen.tensormap.BoundTensorMap. `recipe` is the plain form of a
+    buffer name, "view" (buffer name, byte offset) and "tensormap" a
+    regen.tensormap.BoundTensorMap; repeat groups are unrolled. `recipe` is the plain form of a
     launch.yaml (Recipe.model_dump()); `buffers` maps each buffer name to its dtype (a set of
-    names does where no tensor map is passed), `shapes` each to its shape."""
-    out = []
+    names does where no tensor map or view is passed), `shapes` each to its shape."""
+    out: list = []
     maps = {m["name"]: m for m in recipe.get("tensor_maps") or []}
-    bound_maps: dict = {}
     timeline = (recipe.get("timeline") or {}).get("buffer")
     if timeline is not None:   # never profiled here: no records
         env = {**env, "timeline_slots": 0}
-    for launch in recipe["launches"]:
-        if "repeat" in launch:
-            raise NoLaunch("the recipe has repeat groups (an unfused plan over layers), which "
-                           "regen.ops does not launch")
+    bind = _Binder(maps, buffers, shapes, timeline, dtype)
+    for item in recipe["launches"]:
+        if "repeat" in item:
+            count = evaluate(item["repeat"], env)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise NoLaunch(f"repeat {item['repeat']!r} gives {count!r}")
+            for i in range(count):
+                inner = {**env, item["index"]: i}
+                bind.iteration_maps = {}   # a map's expressions may use the index
+                out.extend(x for x in (bind.launch(launch, inner) for launch in item["launches"])
+                           if x is not None)
+        else:
+            bind.iteration_maps = bind.top_maps
+            launch = bind.launch(item, env)
+            if launch is not None:
+                out.append(launch)
+    if not out:
+        raise NoLaunch("no launch of the recipe applies (every `when` is false)")
+    return out
+
+
+class _Binder:
+    """Binds one launch of a recipe to a call's symbols (what the launches of one call share)."""
+
+    def __init__(self, maps, buffers, shapes, timeline, dtype):
+        self.maps, self.buffers, self.shapes = maps, buffers, shapes
+        self.timeline, self.dtype = timeline, dtype
+        self.top_maps: dict = {}
+        self.iteration_maps: dict = self.top_maps
+
+    def launch(self, launch: dict, env: dict):
         when = launch.get("when")
         if when is not None and not evaluate(when, env):
-            continue
+            return None
+        buffers = self.buffers
         args = []
         for a in launch["args"]:
-            if isinstance(a, dict):
-                if a.get("offset", 0) != 0:
-                    raise NoLaunch("the recipe passes tensor views at an offset, which regen.ops "
-                                   "does not launch")
-                a = a["tensor"]
+            if isinstance(a, dict):   # a view: the buffer's pointer `offset` elements in
+                name, offset = a["tensor"], int(evaluate(a.get("offset", 0), env))
+                if offset == 0:
+                    args.append(("tensor", name))
+                    continue
+                if not hasattr(buffers, "get"):
+                    raise ValueError(f"a view of {name!r} needs the buffers' dtypes")
+                shape = None if self.shapes is None else self.shapes.get(name)
+                numel = None if shape is None else _product(shape)
+                if offset < 0 or (numel is not None and offset >= numel):
+                    raise NoLaunch(f"a view of {name!r} at offset {offset} is outside its "
+                                   f"{numel} elements")
+                args.append(("view", (name, offset * itemsize(buffers.get(name)))))
+                continue
             if isinstance(a, str) and a in buffers:
                 args.append(("tensor", a))
                 continue
-            if a == timeline:   # the instrumentation contract's buffer: null unless profiled
+            if a == self.timeline:   # the instrumentation contract's buffer: null unless profiled
                 args.append(("int64", 0))
                 continue
-            if isinstance(a, str) and a in maps:
-                if a not in bound_maps:
-                    decl = maps[a]
+            if isinstance(a, str) and a in self.maps:
+                bound = self.iteration_maps
+                if a not in bound:
+                    decl = self.maps[a]
                     if not hasattr(buffers, "get"):
                         raise ValueError(f"tensor map {a!r} needs the buffers' dtypes")
-                    bound_maps[a] = bind_map(decl, env, buffers.get(decl["tensor"]),
-                                             None if shapes is None else shapes.get(decl["tensor"]))
-                args.append(("tensormap", bound_maps[a]))
+                    bound[a] = bind_map(decl, env, buffers.get(decl["tensor"]),
+                                        None if self.shapes is None
+                                        else self.shapes.get(decl["tensor"]))
+                args.append(("tensormap", bound[a]))
                 continue
             typ, text = _split_typed(a) if isinstance(a, str) else (None, a)
             val = evaluate(text, env)
@@ -99,16 +142,39 @@ def bind_recipe(recipe: dict, env: dict, buffers, dtype: str, shapes: dict | Non
         grid = tuple(int(evaluate(d, env)) for d in launch.get("grid", [1, 1, 1]))
         block = tuple(int(evaluate(d, env)) for d in launch.get("block", [1, 1, 1]))
         grid, block = (grid + (1, 1, 1))[:3], (block + (1, 1, 1))[:3]
-        out.append((launch["kernel"].replace("{dtype}", short(dtype)), grid, block,
-                    int(evaluate(launch.get("shared_mem", 0), env)), args))
-    if not out:
-        raise NoLaunch("no launch of the recipe applies (every `when` is false)")
-    return out
+        return (launch["kernel"].replace("{dtype}", short(self.dtype)), grid, block,
+                int(evaluate(launch.get("shared_mem", 0), env)), args)
+
+
+def buffers_used(launches: list[tuple]) -> set[str]:
+    """The buffers the bound launches pass (plainly, as a view or under a tensor map)."""
+    used = set()
+    for *_launch, args in launches:
+        for kind, v in args:
+            used.add(v if kind == "tensor" else v[0] if kind == "view" else
+                     v.tensor if kind == "tensormap" else None)
+    used.discard(None)
+    return used
+
+
+def _product(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _pointer_slots(args, index) -> list[tuple[int, int, int]]:
+    """(argument position, pointer index, byte offset) of each pointer argument."""
+    return [(i, index[v], 0) if k == "tensor" else (i, index[v[0]], v[1])
+            for i, (k, v) in enumerate(args) if k in _POINTERS]
 
 
 def workspace(recipe: dict, env: dict) -> list[tuple[str, str, list[int], bool]]:
-    """(name, dtype, shape, zero) of each scratch buffer the recipe asks for."""
-    return [(w["name"], w["dtype"], [int(evaluate(d, env)) for d in w["shape"]], bool(w.get("zero")))
+    """(name, dtype, shape, zero) of each scratch buffer the recipe asks for (dtype T: the
+    call's)."""
+    return [(w["name"], env["T"] if w["dtype"] == "T" else w["dtype"],
+             [int(evaluate(d, env)) for d in w["shape"]], bool(w.get("zero")))
             for w in recipe.get("workspace", [])]
 
 
@@ -139,7 +205,7 @@ class CpuLibrary:
             except AttributeError:
                 raise RuntimeError(f"kernel {name!r} is not exported by {self.path}") from None
             fn.restype = None
-            fn.argtypes = [ctypes.c_void_p if k == "tensor" else _CTYPES[k] for k in kinds]
+            fn.argtypes = [ctypes.c_void_p if k in _POINTERS else _CTYPES[k] for k in kinds]
             self._functions[name] = fn_kinds = (fn, kinds)
         if fn_kinds[1] != kinds:
             raise RuntimeError(f"kernel {name!r} is called with argument kinds {kinds} and "
@@ -151,18 +217,17 @@ class CpuLibrary:
         position of its data pointer in the list the callable gets."""
         calls = []
         for kernel, _grid, _block, _shared, args in launches:
-            kinds = tuple(k for k, _ in args)
+            kinds = tuple("tensor" if k == "view" else k for k, _ in args)   # a pointer either way
             fn = self._function(kernel, kinds)
-            template = [None if k == "tensor" else _CTYPES[k](_scalar_checked(kernel, i, k, v))
+            template = [None if k in _POINTERS else _CTYPES[k](_scalar_checked(kernel, i, k, v))
                         for i, (k, v) in enumerate(args)]
-            pointers = tuple((i, index[v]) for i, (k, v) in enumerate(args) if k == "tensor")
-            calls.append((fn, template, pointers))
+            calls.append((fn, template, tuple(_pointer_slots(args, index))))
 
         def run(ptrs):
             for fn, template, pointers in calls:
                 values = list(template)
-                for pos, b in pointers:
-                    values[pos] = ptrs[b]
+                for pos, b, offset in pointers:
+                    values[pos] = ptrs[b] + offset
                 fn(*values)
         return run
 
@@ -191,12 +256,13 @@ def _prefix_filler(pack, slots, pick, one: bool):
 
 
 def _slot_filler(slots, where: tuple):
-    """Fill pointer slots anywhere in the argument list, one pack_into each."""
+    """Fill pointer slots anywhere in the argument list, one pack_into each; where: (slot byte
+    position, pointer index, byte offset added to the pointer)."""
     pack = struct.Struct("<Q").pack_into
 
     def fill(ptrs):
-        for offset, b in where:
-            pack(slots, offset, ptrs[b])
+        for at, b, offset in where:
+            pack(slots, at, ptrs[b] + offset)
     return fill
 
 
@@ -293,18 +359,17 @@ class CudaLibrary:
         pack = struct.pack_into
         skew = base - ctypes.addressof(room)
         for i, (kind, v) in enumerate(args):
-            if kind not in ("tensor", "tensormap"):
+            if kind not in ("tensor", "view", "tensormap"):
                 pack("<" + _PACK[kind], room, skew + offsets[i], _scalar_checked(kernel, i, kind, v))
-        pointers = tuple((skew + offsets[i], index[v]) for i, (k, v) in enumerate(args)
-                         if k == "tensor")
+        pointers = tuple((skew + offsets[i], b, off) for i, b, off in _pointer_slots(args, index))
         maps = tuple((base + offsets[i], index[v.tensor], v) for i, (k, v) in enumerate(args)
                      if k == "tensormap")
         cache = self._tensor_maps
         memmove = ctypes.memmove
 
         def fill(ptrs):
-            for offset, b in pointers:
-                pack("<Q", room, offset, ptrs[b])
+            for at, b, offset in pointers:
+                pack("<Q", room, at, ptrs[b] + offset)
             for where, b, bound in maps:
                 memmove(where, cache.get(bound, ptrs[b]), PARAM_BYTES)
         return (fn, *grid, *block, shared, fill, ctypes.addressof(params), kernel, (room, params))
@@ -335,16 +400,17 @@ class CudaLibrary:
             slots = ctypes.create_string_buffer(max(8 * len(args), 8))
             params = (ctypes.c_void_p * max(len(args), 1))(
                 *[ctypes.addressof(slots) + 8 * i for i in range(len(args))])
-            values = [0 if k == "tensor" else _scalar_checked(kernel, i, k, v)
+            values = [0 if k in _POINTERS else _scalar_checked(kernel, i, k, v)
                       for i, (k, v) in enumerate(args)]
             struct.pack_into("<" + "".join(_PACK[k] for k in kinds), slots, 0, *values)
-            tensors = [(i, index[v]) for i, (k, v) in enumerate(args) if k == "tensor"]
-            if [i for i, _ in tensors] == list(range(len(tensors))) and tensors:
+            tensors = _pointer_slots(args, index)
+            if tensors and [i for i, _b, _o in tensors] == list(range(len(tensors))) \
+                    and not any(o for _i, _b, o in tensors):
                 fill = _prefix_filler(struct.Struct("<" + "Q" * len(tensors)).pack_into, slots,
-                                      operator.itemgetter(*[b for _, b in tensors]),
+                                      operator.itemgetter(*[b for _i, b, _o in tensors]),
                                       len(tensors) == 1)
             else:
-                fill = _slot_filler(slots, tuple((8 * i, b) for i, b in tensors))
+                fill = _slot_filler(slots, tuple((8 * i, b, o) for i, b, o in tensors))
             prepared.append((fn, *grid, *block, shared, fill, ctypes.addressof(params), kernel,
                              (slots, params)))
         lock = threading.Lock()
