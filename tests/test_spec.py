@@ -312,3 +312,5 @@ def test_bench_applies_each_command_line_case_to_the_kernels_it_fits():
         _command_line_cases(project, nodes, ["M=8,N=4096"])
     with pytest.raises(InputError, match="fits none of the kernels selected"):
         _command_line_cases(project, nodes[:1], ["M=8,N=4096", "B=1,S=1,H=32,D=128"])
+    # over every kernel (none named): those no case fits are left out
+    assert set(_command_line_cases(project, nodes, ["M=8,N=4096"], named=False)) == {"rmsnorm"}

@@ -64,14 +64,15 @@ def run(args) -> int:
                           intent="build" if args.recorded else "bench")
     if args.recorded:
         return _recorded(nodes, args.json)
-    extra = _command_line_cases(project, nodes, args.case)
+    extra = _command_line_cases(project, nodes, args.case, named=bool(args.kernels))
     rows = []
     results = []
     for n in nodes:
         if n.skip or n.action == planning.UNSUPPORTED:
             continue
         spec = project.spec(n.kernel)
-        bench_cases = extra[n.kernel] if extra else spec.bench_cases(project.target(n.target))
+        bench_cases = extra.get(n.kernel, []) if extra else spec.bench_cases(
+            project.target(n.target))
         if not bench_cases:
             continue
         r = building.bench_node(ctx, n, bench_cases)
@@ -100,8 +101,10 @@ def run(args) -> int:
     return 1 if any(r.status != "ok" for r in results) else 0
 
 
-def _command_line_cases(project, nodes, texts: list[str]) -> dict:
-    """kernel -> the --case cases that fit it; each kernel must fit one and each case a kernel."""
+def _command_line_cases(project, nodes, texts: list[str], named: bool = True) -> dict:
+    """kernel -> the --case cases that fit it. Each case must fit a kernel, and each kernel the
+    user named must fit a case (unnamed kernels, `regen bench --case ...` over all, that fit
+    none are left out)."""
     from ..errors import InputError
 
     if not texts:
@@ -116,9 +119,10 @@ def _command_line_cases(project, nodes, texts: list[str]) -> dict:
                 used.add(text)
             except InputError as exc:
                 why = why or exc
-        if not fits:
+        if fits:
+            out[kernel] = fits
+        elif named:
             raise InputError(f"no --case fits {kernel}: {why.detail}", field=why.field)
-        out[kernel] = fits
     unused = [t for t in texts if t not in used]
     if unused:
         raise InputError("fits none of the kernels selected", field=f"--case {unused[0]}")
