@@ -4,11 +4,12 @@ peak memory of fused linear + cross-entropy against Liger's LigerFusedLinearCros
     python benchmarks/peers_backward.py            # on the device machine, about 3 minutes
 
 Claim checked: regen's backward artifacts are at or above Liger's backward on the same shapes,
-and the fused linear-CE needs less memory than Liger's. For each backward kernel with an h200
-artifact in cache/, `regen bench K -t h200` times it, torch eager/compile and the oracle's peers
-with one method (flushed L2, the start event behind a stall, the median); a kernel without an
-h200 artifact gets the same baselines and peers timed here with CUDA events around a flushed
-L2 (the oracle's peers(): Liger through autograd with its forward untimed). Prints as it goes.
+and the fused linear-CE needs less memory than Liger's. For each backward kernel with an artifact
+for this GPU's column (REGEN_TARGET, default h200) in cache/, `regen bench K -t T` times it, torch
+eager/compile and the oracle's peers with one method (flushed L2, the start event behind a stall,
+the median); a kernel without one gets the same baselines and peers timed here with CUDA events
+around a flushed L2 (the oracle's peers(): Liger through autograd with its forward untimed).
+Prints as it goes.
 """
 
 from __future__ import annotations
