@@ -383,3 +383,18 @@ def test_technique_unit_tests_are_not_ops(ops):
     assert {"rmsnorm", "llama_decode_step"} <= kernels
     assert not [k for k in kernels if k.startswith("tx_")]   # spec `library: false`
     assert not hasattr(ops, "tx_vector_copy")
+
+
+def test_a_repeat_group_binds_per_layer_views_and_refuses_one_outside_its_buffer():
+    from regen.ops.launch import NoLaunch, bind_recipe
+
+    recipe = {"launches": [{"repeat": "NL", "index": "l", "launches": [
+        {"kernel": "k_{dtype}", "grid": [1], "block": [32],
+         "args": [{"tensor": "w", "offset": "l * N"}, "y", "N"]}]}]}
+    dtypes, shapes = {"w": "bfloat16", "y": "float32"}, {"w": [3, 8], "y": [8]}
+    got = bind_recipe(recipe, {"NL": 3, "N": 8}, dtypes, "bfloat16", shapes)
+    assert [args[0] for *_l, args in got] == [("tensor", "w"), ("view", ("w", 16)),
+                                              ("view", ("w", 32))]   # 8 bf16 = 16 bytes a layer
+    assert got[0][0] == "k_bf16" and got[1][4][1:] == [("tensor", "y"), ("int64", 8)]
+    with pytest.raises(NoLaunch, match="outside its 24 elements"):
+        bind_recipe(recipe, {"NL": 4, "N": 8}, dtypes, "bfloat16", shapes)

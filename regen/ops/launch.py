@@ -104,7 +104,10 @@ class _Binder:
         args = []
         for a in launch["args"]:
             if isinstance(a, dict):   # a view: the buffer's pointer `offset` elements in
-                name, offset = a["tensor"], int(evaluate(a.get("offset", 0), env))
+                name, offset = a["tensor"], evaluate(a.get("offset", 0), env)
+                if not isinstance(offset, int) or isinstance(offset, bool):
+                    raise NoLaunch(f"the offset of a view of {name!r} gives {offset!r}, not an "
+                                   "integer")
                 if offset == 0:
                     args.append(("tensor", name))
                     continue
