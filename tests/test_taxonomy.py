@@ -120,12 +120,14 @@ def test_proof_match_returns_the_instruction_and_ignores_never_executed_placehol
     assert proof_match(r"\bHGMMA\.", sass) == "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;"
 
 
+NO_HOST_TOOLS = "needs g++ and objdump: the cpu cells' solutions are built and disassembled here"
+
 @pytest.fixture(scope="module")
 def cells_verified_here(tmp_path_factory):
     """A copy of this project whose cpu cells' unit-test solutions are verified on the machine
     running the tests (a record made elsewhere names other hardware, so it does not count here)."""
     if shutil.which("g++") is None or shutil.which("objdump") is None:
-        pytest.skip("needs g++ and objdump")
+        pytest.skip(NO_HOST_TOOLS)
     root = tmp_path_factory.mktemp("cells") / "p"
     for name in ("specs", "oracles", "targets", "cache", "taxonomy"):
         shutil.copytree(ROOT / name, root / name)
@@ -151,7 +153,7 @@ def test_verified_cpu_solutions_whose_disassembly_shows_the_proof_are_proven(cel
 
 
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("objdump") is None,
-                    reason="needs g++ and objdump")
+                    reason=NO_HOST_TOOLS)
 def test_a_solution_whose_disassembly_lacks_the_proof_fails_the_cell(tmp_path):
     root = _project_with_grid(tmp_path, {"cpu": _cpu_column(r"\bvfmadd231ps\b",
                                                             users="[gemm_int4]")})
@@ -229,7 +231,7 @@ def test_parse_cell_reads_the_answers_cell_line_outside_code_blocks(answer, cell
 
 
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("objdump") is None,
-                    reason="needs g++ and objdump")
+                    reason=NO_HOST_TOOLS)
 def test_the_command_needs_no_torch(tmp_path):
     script = ("import contextlib, io, sys\nfrom regen.cli import main\n"
               "with contextlib.redirect_stdout(io.StringIO()):\n"
