@@ -53,6 +53,10 @@ def main() -> int:
     spec, target = project.spec(args.kernel), project.target(args.target)
     settings = Settings(seeds=1, bench=True, iters=args.iters, baselines=(), timeout_s=300)
     ctx = Context(project, Store(project.cache_dir), settings=settings)
+    cases = spec.bench_cases(target)
+    if not cases:
+        print(f"specs/{args.kernel}.yaml has no bench case for {args.target}: nothing to time")
+        return 2
     failed, scores = 0, {}
     for folder in args.dirs:
         candidate = _candidate(ctx.store, args.kernel, args.target, folder)
@@ -61,8 +65,9 @@ def main() -> int:
             failed += 1
             continue
         source_name, source_text, recipe_text = candidate
-        stage, ok, feedback, compiled, _checks, outcome = evaluate(
-            ctx, spec, target, source_text, recipe_text, True, settings, cases=spec.bench_cases())
+        ev = evaluate(ctx, spec, target, source_text, recipe_text, True, settings,
+                      cases=cases)
+        stage, ok, feedback, outcome = ev.stage, ev.ok, ev.feedback, ev.outcome
         if outcome is None or not outcome.bench:
             print(f"{folder}: {stage} {'ok' if ok else 'FAILED'}: {str(feedback)[:400]}")
             failed += not ok
