@@ -18,7 +18,9 @@ from support.library import assert_matches, committed, edge_cases, excess, oracl
 
 HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attention",
                 "gemm_bf16", "gemm_bf16_nn", "attention",   # the last three on the MFMA model
-                "fused_linear_cross_entropy"]               # MFMA (bf16, f16) and SIMT (f32) GEMMs
+                "fused_linear_cross_entropy",               # MFMA (bf16, f16) and SIMT (f32) GEMMs
+                # the cdna technique unit tests (taxonomy/gfx9*.yaml): every case of each spec
+                "tx_amd_mfma_tile"]
 # fp8 MFMA: built once per arch, each reading e4m3 in its own format (FNUZ on gfx942, OCP on gfx950)
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
 
@@ -118,6 +120,9 @@ PLANTED = {
         "attention", "return 16 * (i >> 4) + 8 * ((i >> 2) & 1) + 4 * ((i >> 3) & 1) + (i & 3);",
         "return i;", {"B": 1, "Hkv": 1, "G": 1, "S": 64, "D": 64, "params": {"causal": False}},
         "attention_mfma_d64_bf16"),
+    "tx_amd_mfma_tile: accumulator rows contiguous per half-wave": (
+        "tx_amd_mfma_tile", "(r / 4) * 8 + (lane / 32) * 4 + r % 4", "(lane / 32) * 16 + r",
+        {"M": 64, "N": 64, "K": 16}, "tx_amd_mfma_tile_bf16"),
 }
 
 
