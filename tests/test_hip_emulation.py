@@ -20,7 +20,7 @@ HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attent
                 "gemm_bf16", "gemm_bf16_nn", "attention",   # the last three on the MFMA model
                 "fused_linear_cross_entropy",               # MFMA (bf16, f16) and SIMT (f32) GEMMs
                 # the cdna technique unit tests (taxonomy/gfx9*.yaml): every case of each spec
-                "tx_amd_mfma_tile"]
+                "tx_amd_mfma_tile", "tx_amd_lds_tile"]
 # fp8 MFMA: built once per arch, each reading e4m3 in its own format (FNUZ on gfx942, OCP on gfx950)
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
 
@@ -123,6 +123,10 @@ PLANTED = {
     "tx_amd_mfma_tile: accumulator rows contiguous per half-wave": (
         "tx_amd_mfma_tile", "(r / 4) * 8 + (lane / 32) * 4 + r % 4", "(lane / 32) * 16 + r",
         {"M": 64, "N": 64, "K": 16}, "tx_amd_mfma_tile_bf16"),
+    "tx_amd_lds_tile: both halves of a fragment read from the same 8 k": (
+        "tx_amd_lds_tile", "acc = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(fa.hi, fb.hi, acc, 0, 0, 0);",
+        "acc = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(fa.hi, fb.lo, acc, 0, 0, 0);",
+        {"M": 64, "N": 64, "K": 32}, "tx_amd_lds_tile_bf16"),
 }
 
 
