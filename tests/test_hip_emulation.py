@@ -4,8 +4,9 @@ compiled with clang++ against the emulation of the execution model with 64-lane 
 (tests/support/cuda_emulation.h with EMU_HIP: threads as fibers, real barriers and wavefront
 shuffles, MFMA with the CDNA3 register layouts, buffers ending at a PROT_NONE page) and run on the
 CPU against the oracle through the mi350 launch recipe. No AMD GPU is within reach: this is the
-only place these kernels run before one is. Kernels that use DPP or readlane builtins (the row
-kernels) are not modelled."""
+only place these kernels run before one is. The cdna technique unit tests (specs/tx_amd_*) run
+here too. DPP lane moves within rows and readlane are modelled (tested lane by lane at the end of
+this file); the library's row kernels, which use them, are not in this file's list yet."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attent
                 "gemm_bf16", "gemm_bf16_nn", "attention",   # the last three on the MFMA model
                 "fused_linear_cross_entropy",               # MFMA (bf16, f16) and SIMT (f32) GEMMs
                 # the cdna technique unit tests (taxonomy/gfx9*.yaml): every case of each spec
-                "tx_amd_mfma_tile", "tx_amd_lds_tile"]
+                "tx_amd_mfma_tile", "tx_amd_lds_tile", "tx_amd_wave_reduce"]
 # fp8 MFMA: built once per arch, each reading e4m3 in its own format (FNUZ on gfx942, OCP on gfx950)
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
 
@@ -222,3 +223,130 @@ def test_mx_gemm_turns_a_nan_block_scale_into_nan_outputs_of_its_row_only(tmp_pa
     ref = o.reference(clean, view)["c"]
     keep = ~nan
     assert excess(c[keep], ref[keep], s.case_tolerance(case)) <= 1
+
+
+# -- DPP lane moves and readlane (tests/support/cuda_emulation.h) -------------------------------
+# The controls modelled, as dpp_ctrl values: the quad permutations the reductions use and a few
+# others, every row shift and rotation amount's ends, both mirrors. What each one means is read
+# from the text llvm-objdump prints for it in the device build (quad_perm:[a,b,c,d], row_shr:n,
+# ...), not from the header's table: the encoding is the disassembler's, the meaning of each
+# name the ISA's (lane i of a 16-lane row reads lane j of its row):
+#   quad_perm:[p0,p1,p2,p3]  j = 4 (i / 4) + p[i % 4]
+#   row_shl:n  j = i + n      row_shr:n  j = i - n      (no source lane past the row's ends)
+#   row_ror:n  j = (i - n) mod 16
+#   row_mirror j = 15 - i     row_half_mirror  j = 8 (i / 8) + 7 - i % 8
+DPP_CONTROLS = [0xb1, 0x4e, 0x1b, 0x00, 0xe4, 0x39, 0x101, 0x108, 0x10f, 0x111, 0x113, 0x11f,
+                0x121, 0x124, 0x128, 0x12f, 0x140, 0x141]
+
+
+def _dpp_source_text() -> str:
+    """One kernel per (control, bound_ctrl): lane l of a 64-lane block moves src = 100 l + 7
+    with old = -1 - l and writes the result; `readlane_<n>` writes lane n's value to every lane."""
+    out = ["#include <hip/hip_runtime.h>"]
+    for ctrl in DPP_CONTROLS:
+        for bc in (0, 1):
+            out.append(f"""
+extern "C" __global__ void __launch_bounds__(64) dpp_{ctrl:x}_{bc}(int* out) {{
+  const int l = threadIdx.x;
+  out[blockIdx.x * 64 + l] = __builtin_amdgcn_update_dpp(-1 - l, 100 * l + 7, {ctrl:#x}, 0xf, 0xf, {'true' if bc else 'false'});
+}}""")
+    for lane in (0, 15, 16, 33, 63):
+        out.append(f"""
+extern "C" __global__ void __launch_bounds__(64) readlane_{lane}(float* out) {{
+  const int l = threadIdx.x;
+  out[blockIdx.x * 64 + l] = __builtin_bit_cast(float, __builtin_amdgcn_readlane(__builtin_bit_cast(int, 0.5f * l), {lane}));
+}}""")
+    return "\n".join(out) + "\n"
+
+
+def _dpp_device_text():
+    """dpp_ctrl -> the control's text in the device build's disassembly (gfx950), e.g.
+    'row_shr:3', from the kernels with bound_ctrl off (a plain v_mov_b32_dpp each)."""
+    import re
+
+    from regen.toolchains.hip import Toolchain
+    from support.library import target
+    toolchain = Toolchain(hipcc=(), use_hiprtc=False)
+    if toolchain.problem(target("mi350")):
+        pytest.skip(toolchain.problem(target("mi350")))
+    result = toolchain.compile(_dpp_source_text(), target("mi350"))
+    assert result.ok, result.log
+    texts, kernel = {}, None
+    for line in result.disassembly.splitlines():
+        label = re.match(r"^[0-9a-fA-F]+ <(\w+)>:", line)
+        if label:
+            kernel = label.group(1)
+            continue
+        move = re.search(r"\bv_mov_b32_dpp\b\s+\S+\s+\S+\s+(quad_perm:\[[0-3,]+\]|row_\w+(?::\d+)?)", line)
+        if move and kernel and kernel.endswith("_0"):
+            texts[int(kernel.split("_")[1], 16)] = move.group(1)
+    return texts
+
+
+def _dpp_expected(text: str, bound_ctrl: bool) -> list[int]:
+    import re
+    out = []
+    for lane in range(64):
+        i, row = lane % 16, lane - lane % 16
+        if text.startswith("quad_perm:"):
+            p = [int(v) for v in re.findall(r"\d", text)]
+            j = 4 * (i // 4) + p[i % 4]
+        else:
+            name, _, n = text.partition(":")
+            n = int(n or 0)
+            j = {"row_shl": i + n, "row_shr": i - n, "row_ror": (i - n) % 16, "row_mirror": 15 - i,
+                 "row_half_mirror": 8 * (i // 8) + 7 - i % 8}[name]
+        if 0 <= j < 16:
+            out.append(100 * (row + j) + 7)
+        else:
+            out.append(0 if bound_ctrl else -1 - lane)
+    return out
+
+
+def test_emulated_dpp_moves_and_readlane_match_the_disassemblers_controls_lane_by_lane(tmp_path):
+    """Every modelled control, with and without bound_ctrl, over two wavefronts: each lane's
+    result is the source lane's value the control's printed name selects (0 or the old value where
+    it selects none); readlane gives every lane the chosen lane's value. The device compiler takes
+    the same builtins and prints each control as named."""
+    import torch
+    cuda_emulation.skip_unless_hip_available()
+    texts = _dpp_device_text()
+    assert set(texts) == set(DPP_CONTROLS), sorted(set(DPP_CONTROLS) ^ set(texts))
+    lib = ctypes.CDLL(str(cuda_emulation.build_hip(_dpp_source_text(), tmp_path / "dpp")))
+
+    def launch(name, out):
+        fn = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        lib.emu_launch(ctypes.c_void_p(fn), 2, 1, 1, 64, 1, 1, 0, 1,
+                       (ctypes.c_int64 * 40)(out.data_ptr()), 0, (ctypes.c_float * 4)())
+        return out
+
+    for ctrl in DPP_CONTROLS:
+        for bc in (False, True):
+            got = launch(f"dpp_{ctrl:x}_{int(bc)}", torch.zeros(128, dtype=torch.int32))
+            want = torch.tensor(_dpp_expected(texts[ctrl], bc) * 2, dtype=torch.int32)
+            assert torch.equal(got, want), f"{texts[ctrl]} bound_ctrl={bc}: lanes " \
+                f"{(got != want).nonzero().flatten().tolist()}"
+    for lane in (0, 15, 16, 33, 63):
+        got = launch(f"readlane_{lane}", torch.zeros(128))
+        assert torch.equal(got, torch.full((128,), 0.5 * lane)), lane
+
+
+def test_an_unmodelled_dpp_control_or_mask_aborts(tmp_path):
+    """row_bcast:15 and a partial row mask (lanes that keep their old value) are not modelled:
+    a kernel using one stops with a message instead of running on a guess."""
+    cuda_emulation.skip_unless_hip_available()
+    import subprocess
+    import sys
+    source = ("extern \"C\" __global__ void bcast(int* out) { out[threadIdx.x] = "
+              "__builtin_amdgcn_update_dpp(0, (int)threadIdx.x, 0x142, 0xf, 0xf, false); }\n"
+              "extern \"C\" __global__ void masked(int* out) { out[threadIdx.x] = "
+              "__builtin_amdgcn_update_dpp(0, (int)threadIdx.x, 0xb1, 0x5, 0xf, false); }\n")
+    so = cuda_emulation.build_hip(source, tmp_path / "k")
+    for name, message in (("bcast", "dpp_ctrl is not modelled"), ("masked", "masks other than 0xf")):
+        script = ("import ctypes, torch; lib = ctypes.CDLL({so!r}); out = torch.zeros(64, dtype=torch.int32); "
+                  "fn = ctypes.cast(getattr(lib, {name!r}), ctypes.c_void_p).value; "
+                  "lib.emu_launch(ctypes.c_void_p(fn), 1, 1, 1, 64, 1, 1, 0, 1, "
+                  "(ctypes.c_int64 * 40)(out.data_ptr()), 0, (ctypes.c_float * 4)()); print('ran')")
+        done = subprocess.run([sys.executable, "-c", script.format(so=str(so), name=name)],
+                              capture_output=True, text=True)
+        assert done.returncode != 0 and message in done.stderr, (name, done.stderr)

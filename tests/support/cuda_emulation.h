@@ -1068,6 +1068,74 @@ EMU_MFMA(mfma_f32_16x16x32_fp8_fp8, 16, 32, 8, emu_fp8_bits)
 #define __builtin_amdgcn_mfma_f32_16x16x16f16 emu_mfma_f32_16x16x16f16
 #define __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8 emu_mfma_f32_32x32x16_fp8_fp8
 #define __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8 emu_mfma_f32_16x16x32_fp8_fp8
+// GCN / CDNA DPP lane moves within 16-lane rows (__builtin_amdgcn_update_dpp(old, src, ctrl,
+// row_mask, bank_mask, bound_ctrl): v_mov_b32 old, then v_mov_b32_dpp of src, which the compiler
+// folds into the VALU instruction that uses it, e.g. v_add_f32_dpp) and v_readlane_b32. Lane l is
+// lane i = l % 16 of row l / 16; it reads src from lane (l & ~15) | j with, per control:
+//   quad_perm 0x00-0xff: j = (i & ~3) | ((ctrl >> 2 (i & 3)) & 3)
+//   row_shl:n 0x101-0x10f: j = i + n;   row_shr:n 0x111-0x11f: j = i - n  (no source past the row)
+//   row_ror:n 0x121-0x12f: j = (i - n) & 15
+//   row_mirror 0x140: j = 15 - i;       row_half_mirror 0x141: j = (i & 8) | (7 - (i & 7))
+// A lane with no source lane gets 0 with bound_ctrl and keeps `old` without. The wave-wide
+// controls (wave_shl, wave_rol..., row_bcast:15/31) and row or bank masks other than 0xf (lanes
+// that keep `old`) are not modelled and abort, as does a move without the full wavefront. Tested
+// lane by lane against the same table (tests/test_hip_emulation.py).
+inline int emu_dpp_source(int ctrl, unsigned i) {
+  if (ctrl >= 0 && ctrl <= 0xff) return int((i & ~3u) | ((unsigned(ctrl) >> (2 * (i & 3u))) & 3u));
+  const int n = ctrl & 15;
+  if (ctrl >= 0x101 && ctrl <= 0x10f) return int(i) + n <= 15 ? int(i) + n : -1;
+  if (ctrl >= 0x111 && ctrl <= 0x11f) return int(i) - n >= 0 ? int(i) - n : -1;
+  if (ctrl >= 0x121 && ctrl <= 0x12f) return int((i - unsigned(n)) & 15u);
+  if (ctrl == 0x140) return int(15 - i);
+  if (ctrl == 0x141) return int((i & 8u) | (7u - (i & 7u)));
+  return -2;
+}
+template <class T> inline uint64_t emu_lane_bits(T v) {
+  static_assert(sizeof(T) == 4, "a DPP move or readlane of a 32-bit value");
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+template <class T> inline T emu_from_lane_bits(uint64_t bits) {
+  const uint32_t u = uint32_t(bits);
+  T r;
+  memcpy(&r, &u, 4);
+  return r;
+}
+inline void emu_require_wavefront(const char* name) {
+  if (EMU_WARP != 64 || g_emu->wlive[emu_fid() / 64] != 64) {
+    fprintf(stderr, "emu: %s without the full wavefront\n", name);
+    abort();
+  }
+}
+template <class T>
+inline T emu_update_dpp(T old, T src, int ctrl, int row_mask, int bank_mask, bool bound_ctrl) {
+  emu_require_wavefront("update_dpp");
+  if (row_mask != 0xf || bank_mask != 0xf) emu_fail("update_dpp: row or bank masks other than 0xf are not modelled");
+  const unsigned me = emu_fid(), lane = me & 63u;
+  const int j = emu_dpp_source(ctrl, lane & 15u);
+  if (j == -2) emu_fail("update_dpp: this dpp_ctrl is not modelled (quad_perm, row_shl/shr/ror, row_mirror, row_half_mirror are)");
+  Emu* e = g_emu;
+  e->slot[me] = emu_lane_bits(src);
+  emu_warp_barrier();
+  const uint64_t got = j >= 0 ? e->slot[(me & ~15u) | unsigned(j)] : 0;
+  emu_warp_barrier();
+  if (j < 0) return bound_ctrl ? emu_from_lane_bits<T>(0) : old;
+  return emu_from_lane_bits<T>(got);
+}
+template <class T> inline T emu_readlane(T v, int lane) {
+  emu_require_wavefront("readlane");
+  if (lane < 0 || lane > 63) emu_fail("readlane: lane outside the wavefront");
+  Emu* e = g_emu;
+  const unsigned me = emu_fid();
+  e->slot[me] = emu_lane_bits(v);
+  emu_warp_barrier();
+  const uint64_t got = e->slot[(me & ~63u) | unsigned(lane)];
+  emu_warp_barrier();
+  return emu_from_lane_bits<T>(got);
+}
+#define __builtin_amdgcn_update_dpp emu_update_dpp
+#define __builtin_amdgcn_readlane emu_readlane
 #endif
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
