@@ -212,7 +212,7 @@ def _cells(arch: dict, cells: list) -> list[str]:
         if cell.unit_test:
             extra.append(f"unit test `{cell.unit_test}`")
         if cell.proof is not None and cell.proof.sass is not None:
-            extra.append(f"proof: disassembly matches /{cell.proof.sass}/")
+            extra.append(f"proof: disassembly matches {cell.proof.label()}")
         tail = f" [{'; '.join(extra)}]" if extra else ""
         if cell.id in known:
             lines.append(f"- {cell.id} ({cell.title}): as described above{tail}")

@@ -43,8 +43,11 @@ class Strict(BaseModel):
 class Proof(Strict):
     """What shows that a solution uses the technique: exactly one of a disassembly pattern
     (Python regular expression, searched line by line in cuobjdump / llvm-objdump / objdump
-    output) or a profiler metric with its bound."""
+    output) or a profiler metric with its bound. `also` adds patterns that must each match a line
+    of the same disassembly too, for a technique no single instruction shows but a set of them
+    does (an in-register 4 x 4 transpose: four different shuffles)."""
     sass: str | None = None
+    also: list[str] = Field(default_factory=list)
     metric: str | None = None
     at_least: float | None = None
     note: str = ""
@@ -53,10 +56,14 @@ class Proof(Strict):
     @classmethod
     def _regex(cls, v):
         if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression ({exc}): {v!r}") from None
+            _compiles(v)
+        return v
+
+    @field_validator("also")
+    @classmethod
+    def _regexes(cls, v):
+        for pattern in v:
+            _compiles(pattern)
         return v
 
     @model_validator(mode="after")
@@ -66,10 +73,32 @@ class Proof(Strict):
                              "`metric: NAME` with `at_least: VALUE` (a profiler metric)")
         if self.metric is not None and self.at_least is None:
             raise ValueError(f"metric {self.metric!r} needs `at_least: VALUE`")
+        if self.also and self.sass is None:
+            raise ValueError("`also:` adds disassembly patterns to `sass:`; a metric proof has none")
         return self
 
     def label(self) -> str:
-        return f"/{self.sass}/" if self.sass is not None else f"{self.metric} >= {self.at_least:g}"
+        if self.sass is None:
+            return f"{self.metric} >= {self.at_least:g}"
+        return " and ".join(f"/{p}/" for p in (self.sass, *self.also))
+
+    def match(self, disassembly: str) -> str | None:
+        """The evidence: the first line each pattern matches (joined by ' | '), or None when one
+        of them matches no line. Only for a disassembly proof."""
+        lines = []
+        for pattern in (self.sass, *self.also):
+            line = proof_match(pattern, disassembly)
+            if line is None:
+                return None
+            lines.append(line)
+        return " | ".join(lines)
+
+
+def _compiles(pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression ({exc}): {pattern!r}") from None
 
 
 class Cell(Strict):
@@ -276,7 +305,7 @@ class Evaluator:
             if text is None:
                 st.notes.append(f"proof not checked: {why}")
             else:
-                line = proof_match(cell.proof.sass, text)
+                line = cell.proof.match(text)
                 st.proof_shown = line is not None
                 if line is None:
                     st.level = FAILED
@@ -294,28 +323,28 @@ class Evaluator:
         other library kernel whose artifact for this target shows the proof."""
         cell, names = st.cell, self.project.kernel_names()
         library = [k for k in names if k not in self.unit_tests]
-        sass = cell.proof.sass if cell.proof is not None else None
+        proof = cell.proof if cell.proof is not None and cell.proof.sass is not None else None
         for k in cell.users:
             if k not in names:
                 st.users.append(Use(k, "no library kernel yet"))
-            elif sass is None:
+            elif proof is None:
                 st.users.append(Use(k, "not checked"))
             else:
-                st.users.append(Use(k, self._shows(k, target, sass)))
-        if sass is None:
+                st.users.append(Use(k, self._shows(k, target, proof)))
+        if proof is None:
             return
         for k in library if self.detect_users else []:
             if k in cell.users:
                 continue
             if self.project.applies(self.project.spec(k), target) is None \
-                    and self._shows(k, target, sass) == "proof shown":
+                    and self._shows(k, target, proof) == "proof shown":
                 st.users.append(Use(k, "proof shown"))
 
-    def _shows(self, kernel: str, target, pattern: str) -> str:
+    def _shows(self, kernel: str, target, proof: Proof) -> str:
         text, why = self.disassembly(kernel, target)
         if text is None:
             return why
-        return "proof shown" if proof_match(pattern, text) is not None else "no proof"
+        return "proof shown" if proof.match(text) is not None else "no proof"
 
 
 def unit_test_names(grid: Grid) -> set[str]:

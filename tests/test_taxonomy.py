@@ -131,8 +131,8 @@ def cells_verified_here(tmp_path_factory):
     root = tmp_path_factory.mktemp("cells") / "p"
     for name in ("specs", "oracles", "targets", "cache", "taxonomy"):
         shutil.copytree(ROOT / name, root / name)
-    done = _cli(root, "verify", "tx_cpu_simd", "tx_cpu_threads", "-t", "cpu", "--seeds", "1",
-                local_cache=root.parent / "lc")
+    done = _cli(root, "verify", "tx_cpu_simd", "tx_cpu_threads", "tx_cpu_cache_blocking", "-t", "cpu",
+                "--seeds", "1", local_cache=root.parent / "lc")
     assert done.returncode == 0, done.stdout + done.stderr
     return root
 
@@ -147,9 +147,27 @@ def test_verified_cpu_solutions_whose_disassembly_shows_the_proof_are_proven(cel
     assert states["cpu.simd"].level == "proven"
     assert states["cpu.simd"].evidence.split()[0] in ("mulps", "addps", "vmulps", "vaddps")
     assert states["cpu.threads"].level == "proven" and "GOMP_parallel" in states["cpu.threads"].evidence
-    # a metric proof cannot be read from a binary: described, and it says why it stops there
-    assert states["cpu.cache_blocking"].level == "described"
-    assert states["cpu.cache_blocking"].proof_shown is None
+    # a proof of several patterns: the first line of each, in order
+    blocking = states["cpu.cache_blocking"]
+    assert blocking.level == "proven"
+    assert [part.split()[0] for part in blocking.evidence.split(" | ")] == \
+        ["unpcklps", "unpckhps", "movlhps", "movhlps"]
+
+
+def test_a_metric_proof_is_not_read_from_a_binary(cells_verified_here, tmp_path):
+    """A verified solution whose proof is a profiler metric stops at solved-and-verified: nothing
+    here can measure it, and the note says so."""
+    root = _project_with_grid(tmp_path, {"cpu": _cpu_column("x").replace(
+        "{sass: 'x'}", "{metric: l1d_miss_ratio_reduction, at_least: 2}")})
+    for name in ("cache", "specs", "oracles", "targets"):
+        (root / name).unlink()
+        (root / name).symlink_to(cells_verified_here / name)
+    done = _cli(root, "taxonomy", "-t", "cpu", "--declared-users", "--format", "json",
+                local_cache=cells_verified_here.parent / "lc")
+    assert done.returncode == 0, done.stderr
+    cell, = json.loads(done.stdout)["cells"]
+    assert cell["level"] == "solved-and-verified" and cell["proof_shown"] is None
+    assert "needs a profiler run" in " ".join(cell["notes"])
 
 
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("objdump") is None,
@@ -172,7 +190,7 @@ def test_the_command_prints_the_grid_as_text_markdown_and_json(cells_verified_he
     text = _cli(root, "taxonomy", "-t", "cpu", "--declared-users", local_cache=lc)
     assert text.returncode == 0, text.stderr
     assert "cpu: column cpu" in text.stdout
-    assert "cpu.simd" in text.stdout and "proven" in text.stdout and "2 proven, 1 described" in text.stdout
+    assert "cpu.simd" in text.stdout and "proven" in text.stdout and "3 proven" in text.stdout
     md = _cli(root, "taxonomy", "-t", "cpu", "--declared-users", "--format", "markdown",
               local_cache=lc)
     assert md.returncode == 0 and "| SIMD vectorisation | `cpu.simd` PROVEN |" in md.stdout
@@ -180,7 +198,7 @@ def test_the_command_prints_the_grid_as_text_markdown_and_json(cells_verified_he
                          local_cache=lc).stdout)
     assert js["targets"] == {"cpu": "cpu"}
     assert {c["id"]: c["level"] for c in js["cells"]} == {
-        "cpu.simd": "proven", "cpu.cache_blocking": "described", "cpu.threads": "proven"}
+        "cpu.simd": "proven", "cpu.cache_blocking": "proven", "cpu.threads": "proven"}
 
 
 def test_the_h200_prompt_lists_the_arch_cells_with_unit_tests_and_proofs():
@@ -243,6 +261,19 @@ def test_the_command_needs_no_torch(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT),
                                "REGEN_LOCAL_CACHE": str(tmp_path / "lc")})
     assert done.stdout.split() == ["0", "False"], done.stderr
+
+
+def test_a_proof_with_also_patterns_needs_every_one():
+    from regen.taxonomy import Proof
+    text = ("  1000:\tunpcklps %xmm1,%xmm0\n  1004:\tmovlhps %xmm2,%xmm3\n"
+            "  1008:\tunpckhps %xmm1,%xmm4\n")
+    proof = Proof(sass=r"\bunpcklps\b", also=[r"\bunpckhps\b", r"\bmovlhps\b"])
+    assert proof.match(text) == "unpcklps %xmm1,%xmm0 | unpckhps %xmm1,%xmm4 | movlhps %xmm2,%xmm3"
+    assert proof.label() == "/\\bunpcklps\\b/ and /\\bunpckhps\\b/ and /\\bmovlhps\\b/"
+    missing = Proof(sass=r"\bunpcklps\b", also=[r"\bmovhlps\b"])
+    assert missing.match(text) is None
+    with pytest.raises(Exception, match="a metric proof has none"):
+        Proof(metric="ipc", at_least=1, also=["x"])
 
 
 @pytest.mark.parametrize("line,shown", [
