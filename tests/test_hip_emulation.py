@@ -21,7 +21,7 @@ HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attent
                 "gemm_bf16", "gemm_bf16_nn", "attention",   # the last three on the MFMA model
                 "fused_linear_cross_entropy",               # MFMA (bf16, f16) and SIMT (f32) GEMMs
                 # the cdna technique unit tests (taxonomy/gfx9*.yaml): every case of each spec
-                "tx_amd_mfma_tile", "tx_amd_lds_tile", "tx_amd_wave_reduce"]
+                "tx_amd_mfma_tile", "tx_amd_lds_tile", "tx_amd_wave_reduce", "tx_amd_split_k"]
 # fp8 MFMA: built once per arch, each reading e4m3 in its own format (FNUZ on gfx942, OCP on gfx950)
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
 
@@ -350,3 +350,28 @@ def test_an_unmodelled_dpp_control_or_mask_aborts(tmp_path):
         done = subprocess.run([sys.executable, "-c", script.format(so=str(so), name=name)],
                               capture_output=True, text=True)
         assert done.returncode != 0 and message in done.stderr, (name, done.stderr)
+
+
+def test_split_k_is_the_same_whichever_workgroup_draws_the_last_ticket(emulated_hip):
+    """tx_amd_split_k's last workgroup of a tile sums the slices in slice order: the blocks run in
+    linear order (slice S - 1 reduces) and in reverse (slice 0 does) give the same bits, both
+    match the oracle, and the counters the kernel puts back to 0 serve a second launch without
+    re-zeroing."""
+    import torch
+    from regen.spec import Case
+    s, o = spec("tx_amd_split_k"), oracle("tx_amd_split_k")
+    case = Case.model_validate({"M": 70, "N": 40, "K": 3000})      # 2 x 1 tiles, 6 slices
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    ref = o.reference({k: v.clone() for k, v in inputs.items()}, view)
+    lib = emulated_hip["tx_amd_split_k", None]
+    results = []
+    for reverse in (False, True):
+        lib.emu_set_reverse_blocks(ctypes.c_int(int(reverse)))   # the recipe's one launch
+        outputs, _, _ = cuda_emulation.run(lib, "tx_amd_split_k", case, inputs, target="mi350")
+        assert_matches(outputs, ref, s.case_tolerance(case), f"reverse={reverse}: ")
+        results.append(outputs["c"])
+    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+    outputs, _, _ = cuda_emulation.run(lib, "tx_amd_split_k", case, inputs, target="mi350",
+                                       repeat=2, rezero=False)
+    assert torch.equal(outputs["c"], results[0])

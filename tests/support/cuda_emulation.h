@@ -1169,6 +1169,10 @@ static void emu_entry() {
 // the cluster size of the next launch (cuda_emulation.py reads a kernel's __cluster_dims__)
 unsigned g_emu_cluster = 1;
 extern "C" void emu_set_cluster(unsigned n) { g_emu_cluster = n ? n : 1; }
+// the next launch runs its blocks (clusters) in reverse linear order: a kernel whose result must
+// not depend on which block finishes last (a split-K ticket) is run both ways
+bool g_emu_reverse_blocks = false;
+extern "C" void emu_set_reverse_blocks(int on) { g_emu_reverse_blocks = on != 0; }
 extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shared_bytes, int nint, const int64_t* ints,
                           int nflt, const float* flts) {
@@ -1204,9 +1208,13 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   e.frag.assign(size_t(nf) * EMU_FRAG, 0);
   e.stm_addr.assign(nf, 0);
   e.stm_regs.assign(size_t(nf) * 4, 0);
-  for (unsigned z = 0; z < gz; ++z)
-    for (unsigned y = 0; y < gy; ++y)
-      for (unsigned x0 = 0; x0 < gx; x0 += cl) {
+  // clusters in linear order (x fastest), or last first after emu_set_reverse_blocks(1)
+  const unsigned long ncx = gx / cl, nclusters = ncx * gy * gz;
+  const bool reverse = g_emu_reverse_blocks;
+  g_emu_reverse_blocks = false;
+  for (unsigned long lin = 0; lin < nclusters; ++lin) {
+        const unsigned long at = reverse ? nclusters - 1 - lin : lin;
+        const unsigned x0 = unsigned(at % ncx) * cl, y = unsigned((at / ncx) % gy), z = unsigned(at / (ncx * gy));
         e.wlive.assign(nw * cl, 0);
         e.warrived.assign(nw * cl, 0);
         e.wgen.assign(nw * cl, 0);
