@@ -21,7 +21,8 @@ HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attent
                 "gemm_bf16", "gemm_bf16_nn", "attention",   # the last three on the MFMA model
                 "fused_linear_cross_entropy",               # MFMA (bf16, f16) and SIMT (f32) GEMMs
                 # the cdna technique unit tests (taxonomy/gfx9*.yaml): every case of each spec
-                "tx_amd_mfma_tile", "tx_amd_lds_tile", "tx_amd_wave_reduce", "tx_amd_split_k"]
+                "tx_amd_mfma_tile", "tx_amd_lds_tile", "tx_amd_wave_reduce", "tx_amd_split_k",
+                "tx_amd_persistent_grid"]
 # fp8 MFMA: built once per arch, each reading e4m3 in its own format (FNUZ on gfx942, OCP on gfx950)
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
 
@@ -375,3 +376,43 @@ def test_split_k_is_the_same_whichever_workgroup_draws_the_last_ticket(emulated_
     outputs, _, _ = cuda_emulation.run(lib, "tx_amd_split_k", case, inputs, target="mi350",
                                        repeat=2, rezero=False)
     assert torch.equal(outputs["c"], results[0])
+
+
+@pytest.mark.parametrize("placement", ["round-robin", "all on XCD 3", "scattered", "reverse order"])
+def test_persistent_grid_covers_every_tile_wherever_its_workgroups_land(emulated_hip, placement):
+    """tx_amd_persistent_grid claims tiles from the queue of the XCD its workgroup reads from
+    HW_REG_XCC_ID, then steals: whichever XCDs the dispatcher picks (the emulation's round-robin,
+    every workgroup on one XCD, a scattered placement) and in whatever order the workgroups run,
+    every tile is computed, and the counters the last workgroup puts back to 0 serve a second
+    launch without re-zeroing. 544 tiles for 512 workgroups."""
+    from regen.spec import Case
+    s, o = spec("tx_amd_persistent_grid"), oracle("tx_amd_persistent_grid")
+    case = Case.model_validate({"M": 2048, "N": 1088, "K": 8})
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    ref = o.reference({k: v.clone() for k, v in inputs.items()}, view)
+    lib = emulated_hip["tx_amd_persistent_grid", None]
+    mode = {"round-robin": -2, "all on XCD 3": 3, "scattered": -1, "reverse order": -2}[placement]
+    for launch in range(2):   # the recipe's one launch, twice on the same workspace
+        lib.emu_set_xcc(ctypes.c_int(mode))
+        lib.emu_set_reverse_blocks(ctypes.c_int(int(placement == "reverse order")))
+        outputs, _, _ = cuda_emulation.run(lib, "tx_amd_persistent_grid", case, inputs,
+                                           target="mi350", rezero=launch == 0)
+        assert_matches(outputs, ref, s.case_tolerance(case), f"{placement}, launch {launch}: ")
+
+
+def test_the_xcc_id_read_is_the_register_the_device_compiler_names():
+    """The immediate tx_amd_persistent_grid passes to __builtin_amdgcn_s_getreg is what the
+    emulation models (register 20, bits 0-3) and what llvm-objdump prints as HW_REG_XCC_ID."""
+    from regen.toolchains.hip import Toolchain
+    from support.library import target
+    toolchain = Toolchain(hipcc=(), use_hiprtc=False)
+    if toolchain.problem(target("mi350")):
+        pytest.skip(toolchain.problem(target("mi350")))
+    source, _ = committed("tx_amd_persistent_grid", "mi350")
+    assert "#define HWREG_XCC_ID_BITS_0_4 (20 | (0 << 6) | ((4 - 1) << 11))" in source
+    for arch_target in ("mi350", "mi300x"):
+        result = toolchain.compile(source, target(arch_target))
+        assert result.ok, result.log
+        assert "s_getreg_b32" in result.disassembly
+        assert "hwreg(HW_REG_XCC_ID, 0, 4)" in result.disassembly, arch_target

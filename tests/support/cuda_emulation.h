@@ -1136,6 +1136,23 @@ template <class T> inline T emu_readlane(T v, int lane) {
 }
 #define __builtin_amdgcn_update_dpp emu_update_dpp
 #define __builtin_amdgcn_readlane emu_readlane
+// s_getreg_b32 of HW_REG_XCC_ID (register 20, from bit 0): the XCD the workgroup runs on. By
+// default the dispatcher is modelled as dealing workgroups round-robin over 8 XCDs (linear block
+// id % 8); emu_set_xcc(n) places every workgroup of the next launch on XCD n (n >= 0) or
+// scatters them by a hash of the block id (n == -1). A kernel must be correct whichever it reads.
+// Other hardware registers abort.
+extern int g_emu_xcc_launch;
+inline unsigned emu_s_getreg(int simm16) {
+  const int id = simm16 & 63, offset = (simm16 >> 6) & 31, bits = ((simm16 >> 11) & 31) + 1;
+  if (id != 20 || offset != 0) emu_fail("s_getreg: only HW_REG_XCC_ID from bit 0 is modelled");
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned xcc = block % 8;
+  if (g_emu_xcc_launch >= 0) xcc = unsigned(g_emu_xcc_launch);
+  if (g_emu_xcc_launch == -1) xcc = (block * 2654435761u >> 13) % 8;
+  ++g_emu->events;
+  return bits >= 32 ? xcc : xcc & ((1u << bits) - 1u);
+}
+#define __builtin_amdgcn_s_getreg emu_s_getreg
 #endif
 // -- the launcher: runs every block of a grid, its threads as fibers ---------------------------
 Emu* g_emu = nullptr;
@@ -1173,6 +1190,10 @@ extern "C" void emu_set_cluster(unsigned n) { g_emu_cluster = n ? n : 1; }
 // not depend on which block finishes last (a split-K ticket) is run both ways
 bool g_emu_reverse_blocks = false;
 extern "C" void emu_set_reverse_blocks(int on) { g_emu_reverse_blocks = on != 0; }
+// the next launch's XCD placement for HW_REG_XCC_ID (HIP builds): -2 round-robin (the default),
+// -1 scattered, n >= 0 all on XCD n
+int g_emu_xcc_next = -2, g_emu_xcc_launch = -2;
+extern "C" void emu_set_xcc(int mode) { g_emu_xcc_next = mode; }
 extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shared_bytes, int nint, const int64_t* ints,
                           int nflt, const float* flts) {
@@ -1212,6 +1233,8 @@ extern "C" int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
   const unsigned long ncx = gx / cl, nclusters = ncx * gy * gz;
   const bool reverse = g_emu_reverse_blocks;
   g_emu_reverse_blocks = false;
+  g_emu_xcc_launch = g_emu_xcc_next;
+  g_emu_xcc_next = -2;
   for (unsigned long lin = 0; lin < nclusters; ++lin) {
         const unsigned long at = reverse ? nclusters - 1 - lin : lin;
         const unsigned x0 = unsigned(at % ncx) * cl, y = unsigned((at / ncx) % gy), z = unsigned(at / (ncx * gy));
