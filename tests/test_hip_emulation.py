@@ -25,6 +25,8 @@ HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attent
                 "tx_amd_persistent_grid"]
 # fp8 MFMA: built once per arch, each reading e4m3 in its own format (FNUZ on gfx942, OCP on gfx950)
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
+# gfx950 only: the block-scaled MFMA (v_mfma_scale_f32_32x32x64_f8f6f4)
+GFX950_ONLY = ["tx_amd_mx_mfma"]
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +79,12 @@ def _hidden_like(kernel):
 
 def _params():
     out = []
-    for kernel in HIP_EMULATED + PER_ARCH:
+    for kernel in HIP_EMULATED + PER_ARCH + GFX950_ONLY:
         s = spec(kernel)
         cases = [*s.correctness_cases(), *edge_cases(kernel), *_hidden_like(kernel)]
-        for arch in (cuda_emulation.HIP_ARCHS if kernel in PER_ARCH else (None,)):
+        archs = (cuda_emulation.HIP_ARCHS if kernel in PER_ARCH else
+                 ("gfx950",) if kernel in GFX950_ONLY else (None,))
+        for arch in archs:
             for i, case in enumerate(cases):
                 label = f"{kernel}{'@' + arch if arch else ''}-{case.label(s.signature.dtypes[0])}"
                 out.append(pytest.param(kernel, arch, i, id=label))
@@ -416,3 +420,26 @@ def test_the_xcc_id_read_is_the_register_the_device_compiler_names():
         assert result.ok, result.log
         assert "s_getreg_b32" in result.disassembly
         assert "hwreg(HW_REG_XCC_ID, 0, 4)" in result.disassembly, arch_target
+
+
+def test_mx_mfma_planted_scale_block_mistake_fails_the_oracle(tmp_path):
+    """tx_amd_mx_mfma passes each lane the scale of the block it holds: the same source reading the
+    other block's scale builds, runs and no longer matches, where the committed one does."""
+    cuda_emulation.skip_unless_hip_available()
+    from regen.spec import Case
+    source, _ = committed("tx_amd_mx_mfma", "mi350")
+    old = "const long long block = k0 / 32 + g;"
+    assert old in source
+    s, o = spec("tx_amd_mx_mfma"), oracle("tx_amd_mx_mfma")
+    case = Case.model_validate({"M": 64, "N": 64, "K": 128})
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    ref = o.reference({k: v.clone() for k, v in inputs.items()}, view)
+    planted = source.replace(old, "const long long block = k0 / 32 + g;\n    const long long sblock = k0 / 32 + (1 - g);")
+    planted = planted.replace("sa[block] : 127", "sa[sblock] : 127")
+    assert planted != source
+    for text, should_match in ((source, True), (planted, False)):
+        lib = ctypes.CDLL(str(cuda_emulation.build_hip(text, tmp_path / str(should_match), arch="gfx950")))
+        outputs, _, _ = cuda_emulation.run(lib, "tx_amd_mx_mfma", case, inputs, target="mi350")
+        err = excess(outputs["c"], ref["c"], s.case_tolerance(case))
+        assert (err <= 1) == should_match, f"worst error {err:.3g}x the tolerance"

@@ -1068,6 +1068,64 @@ EMU_MFMA(mfma_f32_16x16x32_fp8_fp8, 16, 32, 8, emu_fp8_bits)
 #define __builtin_amdgcn_mfma_f32_16x16x16f16 emu_mfma_f32_16x16x16f16
 #define __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8 emu_mfma_f32_32x32x16_fp8_fp8
 #define __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8 emu_mfma_f32_16x16x32_fp8_fp8
+// gfx950's block-scaled MFMA, v_mfma_scale_f32_32x32x64_f8f6f4, with FP4 (e2m1) A and B only
+// (cbsz = blgp = 4): D = C + sum_k A[i][k] 2^(sa - 127) B[k][j] 2^(sb - 127). Operands: an FP4
+// operand is the low 128 bits of the 8-dword argument (the device compiler passes four registers;
+// the upper four dwords are ignored), lane 32 g + i holding the 32 consecutive k = 32 g .. 32 g +
+// 31 of row i of A (column j of B for lane 32 g + j), two per byte, the lower k in the low nibble.
+// Scales: byte 0 of lane 32 g + i's scale_a (op_sel 0) is the E8M0 scale of A's row i, k block g,
+// and byte 0 of lane 32 g + j's scale_b that of B's column j, block g (0xff: NaN). That scale
+// mapping is an assumption: the lane that holds a block's 32 elements supplies its scale; nothing
+// here states it and no hardware here can check it. Each block's 32 products are summed exactly
+// (e2m1 products are exact in float32 and so is their sum), scaled by ldexp and accumulated onto C
+// in block order. Other formats and op_sel values abort. D is laid out as the 32 x 32 MFMA's.
+// Tested against a scalar block-scaled matmul, slot by slot (tests/test_hip_mfma_emulation.py).
+inline void emu_require_wavefront(const char* name) {
+  if (EMU_WARP != 64 || g_emu->wlive[emu_fid() / 64] != 64) {
+    fprintf(stderr, "emu: %s without the full wavefront\n", name);
+    abort();
+  }
+}
+template <class VA, class VC>
+inline VC emu_mfma_scale_f32_32x32x64_f8f6f4(VA a, VA b, VC c, int cbsz, int blgp, int opsel_a,
+                                             int scale_a, int opsel_b, int scale_b) {
+  static_assert(sizeof(VA) == 32 && sizeof(VC) == 64, "MFMA scale operand sizes");
+  Emu* e = g_emu;
+  const unsigned me = emu_fid();
+  emu_require_wavefront("mfma_scale_f32_32x32x64_f8f6f4");
+  if (cbsz != 4 || blgp != 4) emu_fail("mfma_scale: only FP4 (e2m1) A and B (cbsz = blgp = 4) are modelled");
+  if (opsel_a != 0 || opsel_b != 0) emu_fail("mfma_scale: only op_sel 0 (scale byte 0) is modelled");
+  memcpy(&e->frag[me * EMU_FRAG], &a, 16);       // the low 128 bits: 32 e2m1 codes
+  memcpy(&e->frag[me * EMU_FRAG + 4], &b, 16);
+  e->frag[me * EMU_FRAG + 8] = unsigned(scale_a);
+  e->frag[me * EMU_FRAG + 9] = unsigned(scale_b);
+  emu_warp_barrier();
+  const unsigned base = me & ~63u, lane = me & 63u;
+  auto code = [&](unsigned l, int k, int which) {   // element k % 32 of lane l's operand
+    const unsigned w = e->frag[(base + l) * EMU_FRAG + 4 * which + (k % 32) / 8];
+    return emu_e2m1((w >> (4 * (k % 8))) & 15u);
+  };
+  auto scale = [&](unsigned l, int which) { return e->frag[(base + l) * EMU_FRAG + 8 + which] & 0xffu; };
+  float acc[16];
+  memcpy(acc, &c, sizeof(VC));
+  const unsigned j = lane % 32;
+  for (int r = 0; r < 16; ++r) {
+    const unsigned i = 8 * (r / 4) + 4 * (lane / 32) + r % 4;
+    float sum = acc[r];
+    for (int g = 0; g < 2; ++g) {
+      const unsigned sa = scale(32 * g + i, 0), sb = scale(32 * g + j, 1);
+      float block = 0.0f;
+      for (int k = 0; k < 32; ++k) block += code(32 * g + i, k, 0) * code(32 * g + j, k, 1);
+      sum += (sa == 0xffu || sb == 0xffu) ? __uint_as_float(0x7fc00000u)
+                                           : ldexpf(block, int(sa) + int(sb) - 254);
+    }
+    acc[r] = sum;
+  }
+  emu_warp_barrier();
+  VC d;
+  memcpy(&d, acc, sizeof(VC));
+  return d;
+}
 // GCN / CDNA DPP lane moves within 16-lane rows (__builtin_amdgcn_update_dpp(old, src, ctrl,
 // row_mask, bank_mask, bound_ctrl): v_mov_b32 old, then v_mov_b32_dpp of src, which the compiler
 // folds into the VALU instruction that uses it, e.g. v_add_f32_dpp) and v_readlane_b32. Lane l is
@@ -1102,12 +1160,6 @@ template <class T> inline T emu_from_lane_bits(uint64_t bits) {
   memcpy(&r, &u, 4);
   return r;
 }
-inline void emu_require_wavefront(const char* name) {
-  if (EMU_WARP != 64 || g_emu->wlive[emu_fid() / 64] != 64) {
-    fprintf(stderr, "emu: %s without the full wavefront\n", name);
-    abort();
-  }
-}
 template <class T>
 inline T emu_update_dpp(T old, T src, int ctrl, int row_mask, int bank_mask, bool bound_ctrl) {
   emu_require_wavefront("update_dpp");
@@ -1136,6 +1188,7 @@ template <class T> inline T emu_readlane(T v, int lane) {
 }
 #define __builtin_amdgcn_update_dpp emu_update_dpp
 #define __builtin_amdgcn_readlane emu_readlane
+#define __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4 emu_mfma_scale_f32_32x32x64_f8f6f4
 // s_getreg_b32 of HW_REG_XCC_ID (register 20, from bit 0): the XCD the workgroup runs on. By
 // default the dispatcher is modelled as dealing workgroups round-robin over 8 XCDs (linear block
 // id % 8); emu_set_xcc(n) places every workgroup of the next launch on XCD n (n >= 0) or
