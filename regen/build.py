@@ -459,7 +459,8 @@ def _store(ctx: Context, node, spec, target, source: str, recipe: str, provenanc
     it (early cutoff: the same binary needs no new verification)."""
     ctx.stage(node, "store")
     store = ctx.store
-    family = [t.name for t in ctx.project.family(target)]
+    family = [t.name for t in ctx.project.family(target)   # members the spec does not list get
+              if t.name == target.name or ctx.project.applies(spec, t) is None]   # no pointer
     carried: dict[str, list[dict]] = {}
     keep: dict[str, Entry] = {}     # members whose verified entry unverified code may not replace
     verified_here = ev.outcome is not None and ev.outcome.ok

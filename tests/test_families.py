@@ -113,3 +113,19 @@ def test_a_family_of_several_members_needs_its_own_description(tmp_path):
         p.write_text(p.read_text().replace(FAMILY, "family: {name: host}\n"))
     with pytest.raises(InputError, match="no description"):
         Project(root).targets
+
+
+def test_an_accepted_entry_is_not_pointed_at_a_member_the_spec_does_not_list(tmp_path):
+    root = _two_member_project(tmp_path / "proj")
+    spec = root / "specs" / "scale.yaml"
+    spec.write_text(spec.read_text() + "targets: [cpua]\n")
+    folder = tmp_path / "h"
+    regen(root, "handoff", "scale", "--target", "cpua", "--out", str(folder), check=True)
+    next(folder.glob("kernel.*")).write_text(SCALE_CPP)
+    (folder / "launch.yaml").write_text(SCALE_RECIPE)
+    regen(root, "accept", str(folder), check=True)
+    store = Store(root / "cache")
+    assert store.current("scale", "cpua") is not None
+    assert store.current("scale", "cpub") is None
+    assert not (root / "cache" / "scale" / "cpub").exists()
+    assert store.check() == []
