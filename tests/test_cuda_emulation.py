@@ -28,7 +28,9 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           # technique unit tests whose inline PTX has a plain fallback
                           "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile",
                           # TMA tensor copies, mbarriers, wgmma and stmatrix through the header's models
-                          "tx_tma_tile"]
+                          "tx_tma_tile",
+                          # e4m3 wgmma through the header's model, promoted every 128 of K
+                          "tx_fp8_wgmma"]
 # (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
