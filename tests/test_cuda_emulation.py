@@ -30,7 +30,9 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           # TMA tensor copies, mbarriers, wgmma and stmatrix through the header's models
                           "tx_tma_tile",
                           # e4m3 wgmma through the header's model, promoted every 128 of K
-                          "tx_fp8_wgmma"]
+                          "tx_fp8_wgmma",
+                          # bf16 wgmma, then the epilogue through the header's stmatrix model
+                          "tx_stmatrix_epilogue"]
 # (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
