@@ -32,7 +32,9 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           # e4m3 wgmma through the header's model, promoted every 128 of K
                           "tx_fp8_wgmma",
                           # bf16 wgmma, then the epilogue through the header's stmatrix model
-                          "tx_stmatrix_epilogue"]
+                          "tx_stmatrix_epilogue",
+                          # shuffle butterflies (the same source on b200: see below)
+                          "tx_warp_reduce"]
 # (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
@@ -195,6 +197,28 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
     inputs = o.make_inputs(view, 0)
     pristine = {k: v.clone() for k, v in inputs.items()}
     outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target="b200")
+    assert not changed, f"inputs modified: {changed}"
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+
+
+# technique unit tests whose b200 artifact is a plain CUDA source of its own (no tcgen05), run
+# under the emulation's sm_100a build on every spec case
+B200_PLAIN_TX = ["tx_warp_reduce"]
+
+
+@pytest.mark.parametrize("kernel,index", [
+    pytest.param(k, i, id=f"{k}-{c.label(spec(k).signature.dtypes[0])}")
+    for k in B200_PLAIN_TX for i, c in enumerate(spec(k).correctness_cases())])
+def test_b200_plain_technique_unit_tests_match_oracle_under_emulation(tmp_path, kernel, index):
+    cuda_emulation.skip_unless_available()
+    s, o = spec(kernel), oracle(kernel)
+    case = s.correctness_cases()[index]
+    source, _ = committed(kernel, "b200")
+    lib = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path, cuda_arch=1000)))
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target="b200", repeat=2)
     assert not changed, f"inputs modified: {changed}"
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
 
