@@ -34,7 +34,9 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           # bf16 wgmma, then the epilogue through the header's stmatrix model
                           "tx_stmatrix_epilogue",
                           # shuffle butterflies (the same source on b200: see below)
-                          "tx_warp_reduce"]
+                          "tx_warp_reduce",
+                          # a padded shared-memory tile behind one barrier
+                          "tx_smem_transpose"]
 # (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
