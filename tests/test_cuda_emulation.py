@@ -36,7 +36,9 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           # shuffle butterflies (the same source on b200: see below)
                           "tx_warp_reduce",
                           # a padded shared-memory tile behind one barrier
-                          "tx_smem_transpose"]
+                          "tx_smem_transpose",
+                          # split-K: slices added in turn (the emulation's blocks run in index order)
+                          "tx_split_k"]
 # (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
@@ -205,7 +207,7 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
 
 # technique unit tests whose b200 artifact is a plain CUDA source of its own (no tcgen05), run
 # under the emulation's sm_100a build on every spec case
-B200_PLAIN_TX = ["tx_warp_reduce"]
+B200_PLAIN_TX = ["tx_warp_reduce", "tx_split_k"]
 
 
 @pytest.mark.parametrize("kernel,index", [

@@ -271,7 +271,7 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
                 "sm90.tma": "UBLKCP", "sm90.wgmma": "HGMMA.64x64x16.F32.BF16",
                 "sm90.warp_specialise": "USETMAXREG", "sm90.fp8": "QGMMA.64x64x32.F32.E4M3.E4M3",
                 "sm90.epilogue": "STSM.16.M88.4", "nv.warp_reduce": "SHFL.BFLY",
-                "sm90.smem_tiling": "LDS"}
+                "sm90.smem_tiling": "LDS", "nv.split_k": "REDG.E.ADD.F32"}
     for cell, mnemonic in expected.items():
         st = states[cell]
         if st.proof_shown is None:
