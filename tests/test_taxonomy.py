@@ -280,5 +280,9 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
         assert st.proof_shown and opcode.startswith(mnemonic), (cell, st.evidence)
         if st.level != "proven":   # until the H200 records are imported
             assert st.level == "unit-tested" and any("needs H200" in n for n in st.notes)
-    # a cell whose proof is a profiler metric and that has no unit test stays described
+    # a cell whose proof is a profiler metric reaches unit-tested with its unit test, its proof
+    # not read from the binary; without a unit test it stays described
+    rt = states["sm90.register_tiling"]
+    assert rt.level == "unit-tested" and rt.proof_shown is None and rt.evidence == ""
+    assert any("needs a profiler run" in n for n in rt.notes)
     assert states["sm90.tile_schedule"].level == "described"
