@@ -283,6 +283,18 @@ def test_b200_tcgen05_gemm_matches_oracle_under_emulation(emulated_b200, kernel,
         assert any("_tc_" in name for name in ran), ran
 
 
+# technique unit tests on tcgen05 (sm_100a), through the emulation's tensor-memory model, each
+# case lazily and then eagerly as the GEMMs are
+B200_TCGEN05_TX = ["tx_block_scaled_mma"]
+
+
+@pytest.mark.parametrize("kernel,index", [
+    pytest.param(k, i, id=f"{k}-{c.label(spec(k).signature.dtypes[0])}")
+    for k in B200_TCGEN05_TX for i, c in enumerate(spec(k).correctness_cases())])
+def test_b200_tcgen05_technique_unit_tests_match_oracle_under_emulation(emulated_b200, kernel, index):
+    _run_b200(emulated_b200[kernel], kernel, spec(kernel).correctness_cases()[index])
+
+
 def _b200_variant(folder, kernel, source_edit=None, recipe_edit=None):
     """`folder` holding the committed b200 source and recipe of `kernel` with planted edits."""
     from regen.store import Store

@@ -286,3 +286,31 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
     assert rt.level == "unit-tested" and rt.proof_shown is None and rt.evidence == ""
     assert any("needs a profiler run" in n for n in rt.notes)
     assert states["sm90.tile_schedule"].level == "described"
+
+
+def test_compiled_b200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp_path, monkeypatch):
+    """The sm_100a unit tests likewise: compiled here, their SASS showing each cell's proof (the
+    block-scaled MMA with its scale factors' tensor-memory operand after the instruction
+    descriptor), verified only on a B200."""
+    from regen.compile import toolchain_problem
+
+    project = Project(ROOT)
+    target = project.target("b200")
+    if toolchain_problem(target):
+        pytest.skip(toolchain_problem(target))
+    monkeypatch.setenv("REGEN_LOCAL_CACHE", str(tmp_path / "lc"))
+    states = {s.cell.id: s for s in evaluate(project, Store(project.cache_dir), load_grid(ROOT),
+                                             [target], users=False)}
+    expected = {"nv.vector_access": "LDG.E.128", "nv.bulk_copy_pipeline": "UBLKCP",
+                "sm100.tcgen05_mma": "UTCHMMA", "sm100.tensor_memory": "LDTM",
+                "sm100.warp_specialise": "USETMAXREG", "nv.warp_reduce": "SHFL.BFLY",
+                "nv.split_k": "REDG.E.ADD.F32", "sm100.block_scaled": "UTCQMMA"}
+    for cell, mnemonic in expected.items():
+        st = states[cell]
+        if st.proof_shown is None:
+            pytest.skip(f"no SASS here: {st.notes}")
+        opcode = next(w for w in st.evidence.split() if not w.startswith("@"))
+        assert st.proof_shown and opcode.startswith(mnemonic), (cell, st.evidence)
+        if st.level != "proven":
+            assert st.level == "unit-tested" and any("needs B200" in n for n in st.notes)
+    assert "tmem[" in states["sm100.block_scaled"].evidence.split("idesc[")[1]
