@@ -304,7 +304,8 @@ def test_compiled_b200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
     expected = {"nv.vector_access": "LDG.E.128", "nv.bulk_copy_pipeline": "UBLKCP",
                 "sm100.tcgen05_mma": "UTCHMMA", "sm100.tensor_memory": "LDTM",
                 "sm100.warp_specialise": "USETMAXREG", "nv.warp_reduce": "SHFL.BFLY",
-                "nv.split_k": "REDG.E.ADD.F32", "sm100.block_scaled": "UTCQMMA"}
+                "nv.split_k": "REDG.E.ADD.F32", "sm100.block_scaled": "UTCQMMA",
+                "sm100.epilogue": "UTMASTG"}
     for cell, mnemonic in expected.items():
         st = states[cell]
         if st.proof_shown is None:
