@@ -40,7 +40,9 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           # split-K: slices added in turn (the emulation's blocks run in index order)
                           "tx_split_k",
                           # 8 x 8 register tiles fed by 16-byte shared-memory loads
-                          "tx_register_tile"]
+                          "tx_register_tile",
+                          # persistent blocks over a grouped tile order
+                          "tx_tile_schedule"]
 # (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
