@@ -287,7 +287,7 @@ def test_b200_tcgen05_gemm_matches_oracle_under_emulation(emulated_b200, kernel,
 
 # technique unit tests on tcgen05 (sm_100a), through the emulation's tensor-memory model, each
 # case lazily and then eagerly as the GEMMs are
-B200_TCGEN05_TX = ["tx_block_scaled_mma", "tx_tcgen05_epilogue"]
+B200_TCGEN05_TX = ["tx_block_scaled_mma", "tx_tcgen05_epilogue", "tx_cta_pair_mma"]
 
 
 @pytest.mark.parametrize("kernel,index", [

@@ -480,3 +480,149 @@ def test_the_modelled_sm90_ptx_becomes_qgmma_and_stsm_on_the_device():
     assert missing_instructions(result.disassembly, ["QGMMA.64x64x32.F32.E4M3.E4M3"], kernel="qgmma") == []
     assert missing_instructions(result.disassembly, ["STSM.16.M88.4", "STSM.16.M88.2", "STSM.16.M88"],
                                 kernel="stm") == []
+
+
+# -- sm_100a: tcgen05.mma.cta_group::2 over a CTA pair ---------------------------------------------
+SOURCE_PAIR = r"""
+#include <cuda_bf16.h>
+// a 2-CTA cluster: CTA r stages rows 128 r .. + 127 of a [256, 16] bf16 A and rows 64 r .. + 63
+// of a [128, 16] B (K-major, no-swizzle core matrices: element (r, k) at ((r / 8) * 2 + k / 8) *
+// 128 + (r % 8) * 16 + (k % 8) * 2; leading byte offset 128, stride byte offset 256), the same
+// offsets in both; CTA 0 issues one tcgen05.mma.cta_group::2.kind::f16 (M = 256, N = 128) and a
+// commit multicast to both CTAs' mbarrier; CTA r writes lane l, column j of its tensor memory to
+// d[(128 r + l) * 128 + j]
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
+pair(const unsigned short* a, const unsigned short* b, float* d) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned bar = base + 6144, slot = base + 6152;
+  const int t = threadIdx.x, w = t / 32, l = t % 32;
+#ifdef __CUDA_ARCH__
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  if (w == 0) {
+    asm volatile("tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%0], 128;" ::"r"(slot) : "memory");
+    asm volatile("tcgen05.relinquish_alloc_permit.cta_group::2.sync.aligned;" ::: "memory");
+  }
+  if (t == 0) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+#else
+  const unsigned rank = emu_cluster_rank();
+  if (w == 0) emu_tcgen05_alloc(slot, 128);
+  if (t == 0) emu_mbar_init(bar, 1);
+#endif
+  for (int i = t; i < 128 * 16; i += 128) {
+    const int r = i / 16, k = i % 16, off = ((r / 8) * 2 + k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2;
+    *(unsigned short*)(smem + off) = a[(128 * rank + r) * 16 + k];
+    if (r < 64) *(unsigned short*)(smem + 4096 + off) = b[(64 * rank + r) * 16 + k];
+  }
+#ifdef __CUDA_ARCH__
+  asm volatile("fence.proxy.async.shared::cta;\ntcgen05.fence::before_thread_sync;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+#else
+  emu_cluster_sync();
+#endif
+  const unsigned tmem = *(const unsigned*)(smem + 6152);
+  const unsigned long long lead = (128ull >> 4) << 16, stride = (256ull >> 4) << 32, version = 1ull << 46;
+  const unsigned long long da = ((base & 0x3FFFF) >> 4) | lead | stride | version;
+  const unsigned long long db = (((base + 4096) & 0x3FFFF) >> 4) | lead | stride | version;
+  const unsigned idesc = (1u << 4) | (1u << 7) | (1u << 10) | ((128u >> 3) << 17) | ((256u >> 4) << 24);
+  if (rank == 0 && t == 0) {
+#ifdef __CUDA_ARCH__
+    asm volatile("tcgen05.mma.cta_group::2.kind::f16 [%0], %1, %2, %3, 0;" ::"r"(tmem), "l"(da), "l"(db), "r"(idesc) : "memory");
+    asm volatile("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;"
+                 ::"r"(bar), "h"((unsigned short)3) : "memory");
+#else
+    emu_tcgen05_mma(tmem, da, db, idesc, 0, 0, 0, 0, 2);
+    emu_tcgen05_commit_multicast(bar, 3);
+#endif
+  }
+#ifdef __CUDA_ARCH__
+  asm volatile("{\n.reg .pred p;\nW_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W_%=;\n}"
+               ::"r"(bar) : "memory");
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+#else
+  while (!emu_mbar_try_wait(bar, 0)) {
+  }
+#endif
+  for (int j0 = 0; j0 < 128; j0 += 32) {
+    unsigned v[32];
+#ifdef __CUDA_ARCH__
+    asm volatile("tcgen05.ld.sync.aligned.32x32b.x32.b32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, [%32];\n"
+                 "tcgen05.wait::ld.sync.aligned;"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]), "=r"(v[4]), "=r"(v[5]), "=r"(v[6]), "=r"(v[7]), "=r"(v[8]), "=r"(v[9]), "=r"(v[10]), "=r"(v[11]), "=r"(v[12]), "=r"(v[13]), "=r"(v[14]), "=r"(v[15]), "=r"(v[16]), "=r"(v[17]), "=r"(v[18]), "=r"(v[19]), "=r"(v[20]), "=r"(v[21]), "=r"(v[22]), "=r"(v[23]), "=r"(v[24]), "=r"(v[25]), "=r"(v[26]), "=r"(v[27]), "=r"(v[28]), "=r"(v[29]), "=r"(v[30]), "=r"(v[31])
+                 : "r"(tmem + ((32u * w) << 16) + j0));
+#else
+    emu_tcgen05_ld_32x32b(v, 32, tmem + ((32u * w) << 16) + j0);
+#endif
+    for (int j = 0; j < 32; ++j) d[(128 * rank + 32 * w + l) * 128 + j0 + j] = __uint_as_float(v[j]);
+  }
+#ifdef __CUDA_ARCH__
+  asm volatile("tcgen05.fence::before_thread_sync;\nbarrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  if (w == 0) asm volatile("tcgen05.dealloc.cta_group::2.sync.aligned.b32 %0, 128;" ::"r"(tmem) : "memory");
+#else
+  emu_cluster_sync();
+  if (w == 0) emu_tcgen05_dealloc(tmem, 128);
+#endif
+}
+"""
+
+
+def pair_d_location(row):
+    """tcgen05.mma.cta_group::2 with M = 256 (PTX ISA, the data-path layout of the pair): row i of
+    D is lane i % 128 of the tensor memory of CTA i // 128."""
+    return row // 128, row % 128
+
+
+def pair_b_source(row, n):
+    """B's N rows are split between the pair: rows 0 .. N/2 - 1 from the descriptor in CTA 0's
+    shared memory, the rest at the same offsets in CTA 1's (row j - N/2 there); A's rows 0..127
+    come from CTA 0 and 128..255 from CTA 1, as D's rows are placed."""
+    return row // (n // 2), row % (n // 2)
+
+
+def test_emulated_cta_pair_mma_splits_a_b_and_d_over_the_pair_as_the_ptx_layout_names(tmp_path):
+    """Integer-valued bf16 operands (exact in float32), each CTA holding its rows of A and its
+    half of B: D, read from both CTAs' tensor memories through pair_d_location, is A B^T exactly;
+    B's halves swapped (the pair_b_source split read the other way) is not."""
+    import torch
+    cuda_emulation.skip_unless_available()
+    lib = ctypes.CDLL(str(cuda_emulation.build(SOURCE_PAIR, tmp_path, cuda_arch=1000)))
+    g = torch.Generator().manual_seed(9)
+    a = torch.randint(-8, 9, (256, 16), generator=g).float()
+    b = torch.randint(-8, 9, (128, 16), generator=g).float()
+    bits = lambda x: x.to(torch.bfloat16).view(torch.int16).contiguous()  # noqa: E731
+    # CTA c stages B rows 64 c .. + 63, which pair_b_source says are rows of the pair's B
+    staged = torch.empty_like(b)
+    for j in range(128):
+        cta, r = pair_b_source(j, 128)
+        staged[64 * cta + r] = b[j]
+    d = torch.full((256 * 128,), float("nan"))
+    lib.emu_set_cluster(ctypes.c_uint(2))
+    a_bits, b_bits = bits(a), bits(staged)   # kept alive while the kernel reads them
+    args = [a_bits.data_ptr(), b_bits.data_ptr(), d.data_ptr()]
+    fn = ctypes.cast(lib.pair, ctypes.c_void_p).value
+    lib.emu_launch(ctypes.c_void_p(fn), 2, 1, 1, 128, 1, 1, 6160, len(args),
+                   (ctypes.c_int64 * 40)(*args), 0, (ctypes.c_float * 4)())
+    d = d.reshape(2, 128, 128)
+    got = torch.empty(256, 128)
+    for i in range(256):
+        cta, lane = pair_d_location(i)
+        got[i] = d[cta, lane]
+    want = a.double() @ b.double().T
+    assert torch.equal(got.double(), want), f"{(got.double() != want).sum().item()} elements differ"
+    swapped = torch.cat([b[64:], b[:64]])
+    assert not torch.equal(got.double(), a.double() @ swapped.double().T)
+
+
+def test_the_modelled_cta_pair_ptx_becomes_utchmma_2cta_on_the_device():
+    from regen.sass import missing_instructions
+    from regen.toolchains.nvrtc import Toolchain
+    toolchain = Toolchain(disassemble=True)
+    if toolchain.problem():
+        pytest.skip(toolchain.problem())
+    result = toolchain.compile(SOURCE_PAIR, target("b200"))
+    assert result.ok, result.log
+    if result.disassembly is None:
+        pytest.skip("no SASS here: cuobjdump / nvdisasm missing")
+    assert missing_instructions(result.disassembly, ["UTCHMMA.2CTA", "LDTM"], kernel="pair") == []

@@ -308,7 +308,7 @@ def test_compiled_b200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
                 "sm100.tcgen05_mma": "UTCHMMA", "sm100.tensor_memory": "LDTM",
                 "sm100.warp_specialise": "USETMAXREG", "nv.warp_reduce": "SHFL.BFLY",
                 "nv.split_k": "REDG.E.ADD.F32", "sm100.block_scaled": "UTCQMMA",
-                "sm100.epilogue": "UTMASTG"}
+                "sm100.epilogue": "UTMASTG", "sm100.cta_pair": "UTCHMMA.2CTA"}
     for cell, mnemonic in expected.items():
         st = states[cell]
         if st.proof_shown is None:
@@ -318,3 +318,5 @@ def test_compiled_b200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
         if st.level != "proven":
             assert st.level == "unit-tested" and any("needs B200" in n for n in st.notes)
     assert "tmem[" in states["sm100.block_scaled"].evidence.split("idesc[")[1]
+    assert all(st.level != "described" for st in states.values()), \
+        [c for c, st in states.items() if st.level == "described"]
