@@ -209,24 +209,27 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
 
 
-# technique unit tests whose b200 artifact is a plain CUDA source of its own (no tcgen05), run
-# under the emulation's sm_100a build on every spec case
-B200_PLAIN_TX = ["tx_warp_reduce", "tx_split_k"]
+# technique unit tests whose a100 and b200 artifacts are plain CUDA sources of their own (no
+# tcgen05), run under the emulation built for that column's arch on every spec case
+OTHER_COLUMN_PLAIN_TX = {"tx_warp_reduce": ["a100", "b200"], "tx_split_k": ["a100", "b200"]}
+CUDA_ARCH = {"a100": 800, "b200": 1000}
 
 
-@pytest.mark.parametrize("kernel,index", [
-    pytest.param(k, i, id=f"{k}-{c.label(spec(k).signature.dtypes[0])}")
-    for k in B200_PLAIN_TX for i, c in enumerate(spec(k).correctness_cases())])
-def test_b200_plain_technique_unit_tests_match_oracle_under_emulation(tmp_path, kernel, index):
+@pytest.mark.parametrize("kernel,target_name,index", [
+    pytest.param(k, t, i, id=f"{k}@{t}-{c.label(spec(k).signature.dtypes[0])}")
+    for k, targets in OTHER_COLUMN_PLAIN_TX.items() for t in targets
+    for i, c in enumerate(spec(k).correctness_cases())])
+def test_plain_technique_unit_tests_of_other_columns_match_oracle_under_emulation(
+        tmp_path, kernel, target_name, index):
     cuda_emulation.skip_unless_available()
     s, o = spec(kernel), oracle(kernel)
     case = s.correctness_cases()[index]
-    source, _ = committed(kernel, "b200")
-    lib = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path, cuda_arch=1000)))
+    source, _ = committed(kernel, target_name)
+    lib = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path, cuda_arch=CUDA_ARCH[target_name])))
     view = oracle_case(s, case)
     inputs = o.make_inputs(view, 0)
     pristine = {k: v.clone() for k, v in inputs.items()}
-    outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target="b200", repeat=2)
+    outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target=target_name, repeat=2)
     assert not changed, f"inputs modified: {changed}"
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
 
