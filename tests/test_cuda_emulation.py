@@ -28,7 +28,21 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           # technique unit tests whose inline PTX has a plain fallback
                           "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile",
                           # TMA tensor copies, mbarriers, wgmma and stmatrix through the header's models
-                          "tx_tma_tile"]
+                          "tx_tma_tile",
+                          # e4m3 wgmma through the header's model, promoted every 128 of K
+                          "tx_fp8_wgmma",
+                          # bf16 wgmma, then the epilogue through the header's stmatrix model
+                          "tx_stmatrix_epilogue",
+                          # shuffle butterflies (the same source on b200: see below)
+                          "tx_warp_reduce",
+                          # a padded shared-memory tile behind one barrier
+                          "tx_smem_transpose",
+                          # split-K: slices added in turn (the emulation's blocks run in index order)
+                          "tx_split_k",
+                          # 8 x 8 register tiles fed by 16-byte shared-memory loads
+                          "tx_register_tile",
+                          # persistent blocks over a grouped tile order
+                          "tx_tile_schedule"]
 # (the b200 GEMMs and tx_tcgen05_tile run under the emulation's sm_100a build: see below)
 
 
@@ -195,6 +209,31 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
 
 
+# technique unit tests whose a100 and b200 artifacts are plain CUDA sources of their own (no
+# tcgen05), run under the emulation built for that column's arch on every spec case
+OTHER_COLUMN_PLAIN_TX = {"tx_warp_reduce": ["a100", "b200"], "tx_split_k": ["a100", "b200"]}
+CUDA_ARCH = {"a100": 800, "b200": 1000}
+
+
+@pytest.mark.parametrize("kernel,target_name,index", [
+    pytest.param(k, t, i, id=f"{k}@{t}-{c.label(spec(k).signature.dtypes[0])}")
+    for k, targets in OTHER_COLUMN_PLAIN_TX.items() for t in targets
+    for i, c in enumerate(spec(k).correctness_cases())])
+def test_plain_technique_unit_tests_of_other_columns_match_oracle_under_emulation(
+        tmp_path, kernel, target_name, index):
+    cuda_emulation.skip_unless_available()
+    s, o = spec(kernel), oracle(kernel)
+    case = s.correctness_cases()[index]
+    source, _ = committed(kernel, target_name)
+    lib = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path, cuda_arch=CUDA_ARCH[target_name])))
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, 0)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    outputs, changed, ran = cuda_emulation.run(lib, kernel, case, inputs, target=target_name, repeat=2)
+    assert not changed, f"inputs modified: {changed}"
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+
+
 # -- Blackwell GEMMs: TMA, tcgen05.mma into tensor memory, tcgen05.ld --------------------------------
 B200_GEMMS = ["gemm_bf16", "gemm_fp8", "mx_gemm"]
 
@@ -247,6 +286,18 @@ def test_b200_tcgen05_gemm_matches_oracle_under_emulation(emulated_b200, kernel,
     ran = _run_b200(emulated_b200[kernel], kernel, case)
     if kernel != "gemm_bf16":   # every fp8 and MX shape takes the tensor-core path
         assert any("_tc_" in name for name in ran), ran
+
+
+# technique unit tests on tcgen05 (sm_100a), through the emulation's tensor-memory model, each
+# case lazily and then eagerly as the GEMMs are
+B200_TCGEN05_TX = ["tx_block_scaled_mma", "tx_tcgen05_epilogue", "tx_cta_pair_mma"]
+
+
+@pytest.mark.parametrize("kernel,index", [
+    pytest.param(k, i, id=f"{k}-{c.label(spec(k).signature.dtypes[0])}")
+    for k in B200_TCGEN05_TX for i, c in enumerate(spec(k).correctness_cases())])
+def test_b200_tcgen05_technique_unit_tests_match_oracle_under_emulation(emulated_b200, kernel, index):
+    _run_b200(emulated_b200[kernel], kernel, spec(kernel).correctness_cases()[index])
 
 
 def _b200_variant(folder, kernel, source_edit=None, recipe_edit=None):

@@ -300,7 +300,9 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
                                              [target], users=False)}
     expected = {"nv.vector_access": "LDG.E.128", "sm90.cp_async_pipeline": "LDGSTS",
                 "sm90.tma": "UBLKCP", "sm90.wgmma": "HGMMA.64x64x16.F32.BF16",
-                "sm90.warp_specialise": "USETMAXREG"}
+                "sm90.warp_specialise": "USETMAXREG", "sm90.fp8": "QGMMA.64x64x32.F32.E4M3.E4M3",
+                "sm90.epilogue": "STSM.16.M88.4", "nv.warp_reduce": "SHFL.BFLY",
+                "sm90.smem_tiling": "LDS", "nv.split_k": "REDG.E.ADD.F32"}
     for cell, mnemonic in expected.items():
         st = states[cell]
         if st.proof_shown is None:
@@ -309,4 +311,43 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
         assert st.proof_shown and opcode.startswith(mnemonic), (cell, st.evidence)
         if st.level != "proven":   # until the H200 records are imported
             assert st.level == "unit-tested" and any("needs H200" in n for n in st.notes)
-    assert states["sm90.fp8"].level == "described"
+    # a cell whose proof is a profiler metric reaches unit-tested with its unit test, its proof
+    # not read from the binary (a cell without a unit test stays described: cpu.cache_blocking)
+    for cell in ("sm90.register_tiling", "sm90.tile_schedule"):
+        st = states[cell]
+        assert st.level == "unit-tested" and st.proof_shown is None and st.evidence == "", cell
+        assert any("needs a profiler run" in n for n in st.notes), cell
+    # every sm_90a cell has its unit test now
+    assert all(st.level != "described" for st in states.values()), \
+        [c for c, st in states.items() if st.level == "described"]
+
+
+def test_compiled_b200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp_path, monkeypatch):
+    """The sm_100a unit tests likewise: compiled here, their SASS showing each cell's proof (the
+    block-scaled MMA with its scale factors' tensor-memory operand after the instruction
+    descriptor), verified only on a B200."""
+    from regen.compile import toolchain_problem
+
+    project = Project(ROOT)
+    target = project.target("b200")
+    if toolchain_problem(target):
+        pytest.skip(toolchain_problem(target))
+    monkeypatch.setenv("REGEN_LOCAL_CACHE", str(tmp_path / "lc"))
+    states = {s.cell.id: s for s in evaluate(project, Store(project.cache_dir), load_grid(ROOT),
+                                             [target], users=False)}
+    expected = {"nv.vector_access": "LDG.E.128", "nv.bulk_copy_pipeline": "UBLKCP",
+                "sm100.tcgen05_mma": "UTCHMMA", "sm100.tensor_memory": "LDTM",
+                "sm100.warp_specialise": "USETMAXREG", "nv.warp_reduce": "SHFL.BFLY",
+                "nv.split_k": "REDG.E.ADD.F32", "sm100.block_scaled": "UTCQMMA",
+                "sm100.epilogue": "UTMASTG", "sm100.cta_pair": "UTCHMMA.2CTA"}
+    for cell, mnemonic in expected.items():
+        st = states[cell]
+        if st.proof_shown is None:
+            pytest.skip(f"no SASS here: {st.notes}")
+        opcode = next(w for w in st.evidence.split() if not w.startswith("@"))
+        assert st.proof_shown and opcode.startswith(mnemonic), (cell, st.evidence)
+        if st.level != "proven":
+            assert st.level == "unit-tested" and any("needs B200" in n for n in st.notes)
+    assert "tmem[" in states["sm100.block_scaled"].evidence.split("idesc[")[1]
+    assert all(st.level != "described" for st in states.values()), \
+        [c for c, st in states.items() if st.level == "described"]

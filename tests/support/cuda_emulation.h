@@ -129,9 +129,12 @@ struct EmuBarrier { unsigned expected = 0, pending = 0; long long tx = 0; unsign
 struct EmuTmaCopy { unsigned smem; unsigned char map[128]; int coords[5]; unsigned bar; bool store;
                     const unsigned char* src; unsigned bytes; };
 struct EmuWgmma { float* d; int n, scale_d, tnsp_a, tnsp_b, kind; uint64_t da, db; unsigned group; };
-// a tcgen05 operation in flight: an MMA (kind 0 f16, 1 f8f6f4, 2 mxf8f6f4 block-scaled), a
-// tcgen05.cp (32x128b.warpx4) or a commit (arrive on `bar` once everything before it is done)
-struct EmuTcOp { int type; unsigned d, sfa, sfb, idesc, bar; uint64_t a, b; int accumulate, kind; };
+// a tcgen05 operation in flight: an MMA (kind 0 f16, 1 f8f6f4, 2 mxf8f6f4 block-scaled; group 1
+// or 2: cta_group::1 or ::2), a tcgen05.cp (32x128b.warpx4) or a commit (arrive on `bar` once
+// everything before it is done; with a multicast mask, on the barrier at bar's offset in each
+// block of the mask). issuer: the cluster rank of the block that issued it.
+struct EmuTcOp { int type; unsigned d, sfa, sfb, idesc, bar; uint64_t a, b; int accumulate, kind;
+                 unsigned group = 1, mask = 0, issuer = 0; };
 struct EmuThreadAsync {
   std::vector<EmuWgmma> wgmma;          // issued, not yet retired by wgmma.wait_group
   unsigned wgmma_groups = 0;            // groups committed so far
@@ -773,8 +776,15 @@ inline void emu_ldmatrix(unsigned* r, int count, bool trans, const void* row) {
 //    writes from 512 bytes whose 16-byte row l holds rows l, l + 32, l + 64, l + 96 (4 bytes each);
 //  * tcgen05.cp.32x128b.warpx4: 32 rows of 16 bytes (through a descriptor) into 4 columns of
 //    lanes l, l + 32, l + 64 and l + 96;
-//  * tcgen05.commit: an arrive on the mbarrier once every earlier operation is done. Operations
-//    are performed in issue order, lazily (when a thread waits on the barrier of a later commit:
+//  * tcgen05.mma.cta_group::2 (a CTA pair of a cluster, issued by one thread of the even rank
+//    r): M = 256, row i of D at lane i % 128 of block r + i / 128; A's rows 0..127 read through
+//    the descriptor in block r's shared memory, rows 128..255 at the same offsets in block r + 1;
+//    B's N rows split in halves the same way (rows 0..N/2-1 from block r, the rest from r + 1,
+//    row j - N/2 there); tcgen05.alloc / dealloc .cta_group::2 are modelled as each block's own
+//    (a warp of each allocates the same columns);
+//  * tcgen05.commit: an arrive on the mbarrier once every earlier operation is done (.multicast::
+//    cluster: on the barrier at the same offset in each block of the mask). Operations are
+//    performed in issue order, lazily (when a thread waits on the barrier of a later commit:
 //    operands are read as late as the hardware may) or, in the eager mode, at issue;
 //  * tcgen05.ld.32x32b: warp w reads lanes 32 (w % 4) .. + 31 (its address names that lane
 //    quadrant), thread l lane 32 (w % 4) + l, consecutive columns.
@@ -783,12 +793,15 @@ inline EmuBlock& emu_tmem_block() {
   if (b.tmem.empty()) b.tmem.assign(128 * 512, 0x7fffffffu);
   return b;
 }
-inline void emu_tmem_check(unsigned addr, unsigned cols, const char* what) {
+inline void emu_tmem_check_in(const EmuBlock& b, unsigned addr, unsigned cols, const char* what) {
   const unsigned col = addr & 0xFFFFu;
-  for (const auto& a : emu_blk().tmem_allocs)
+  for (const auto& a : b.tmem_allocs)
     if (col >= a.first && col + cols <= a.first + a.second) return;
   fprintf(stderr, "emu: %s: tensor memory columns %u..%u are not allocated\n", what, col, col + cols - 1);
   abort();
+}
+inline void emu_tmem_check(unsigned addr, unsigned cols, const char* what) {
+  emu_tmem_check_in(emu_blk(), addr, cols, what);
 }
 inline void emu_tcgen05_alloc(unsigned dst, unsigned cols) {
   Emu* e = g_emu;
@@ -848,20 +861,23 @@ inline float emu_e2m1(unsigned v) {
   return (v & 8u) ? -mag[v & 7u] : mag[v & 7u];
 }
 // the K elements of one row of an operand: kind 0 (f16: format 0 f16, 1 bf16; 16 elements) or
-// kinds 1, 2 (f8f6f4: format 0 e4m3, 1 e5m2, 5 e2m1 padded; 32 elements)
-inline int emu_umma_row(uint64_t desc, unsigned row, int kind, unsigned fmt, float* out) {
+// kinds 1, 2 (f8f6f4: format 0 e4m3, 1 e5m2, 5 e2m1 padded; 32 elements), read in the shared
+// memory of the cluster's block `window` names ((rank + 1) << 24)
+inline int emu_umma_row(uint64_t desc, unsigned row, int kind, unsigned fmt, float* out,
+                        unsigned window) {
   if (kind == 0) {
     if (fmt > 1) emu_fail("kind::f16 operand format other than f16 or bf16");
-    for (unsigned k = 0; k < 16; ++k) out[k] = emu_elem(emu_umma_desc_addr(desc, row, 2 * k), fmt ? 0 : 1);
+    for (unsigned k = 0; k < 16; ++k)
+      out[k] = emu_elem(window | emu_umma_desc_addr(desc, row, 2 * k), fmt ? 0 : 1);
     return 16;
   }
   if (fmt != 0 && fmt != 1 && fmt != 5) emu_fail("kind::f8f6f4 operand format not modelled (e4m3, e5m2, e2m1)");
   for (unsigned k = 0; k < 32; ++k) {
     if (fmt == 5) {
-      const unsigned char v = *emu_smem(emu_umma_desc_addr(desc, row, (k / 16) * 16 + (k % 16) / 2), 1);
+      const unsigned char v = *emu_smem(window | emu_umma_desc_addr(desc, row, (k / 16) * 16 + (k % 16) / 2), 1);
       out[k] = emu_e2m1(k % 2 ? v >> 4 : v & 15u);
     } else {
-      out[k] = emu_elem(emu_umma_desc_addr(desc, row, k), fmt ? 3 : 2);
+      out[k] = emu_elem(window | emu_umma_desc_addr(desc, row, k), fmt ? 3 : 2);
     }
   }
   return 32;
@@ -881,11 +897,18 @@ inline void emu_tcgen05_mma_run(EmuBlock& b, const EmuTcOp& op) {
   if (scaled && !((id >> 23) & 1u)) emu_fail("tcgen05 block scaling: scale format is not ue8m0 (bit 23)");
   if (!scaled && (id >> 29)) emu_fail("tcgen05 instruction descriptor: bits 29-31 set");
   if (scaled && (id >> 31)) emu_fail("tcgen05 block scaling: K size bit 31 set");
-  const unsigned n = ((id >> 17) & 63u) << 3, m = ((id >> 24) & 31u) << 4;
-  if (m != 128) emu_fail("tcgen05.mma: only M = 128 (cta_group::1) is modelled");
-  if (n < 16 || n > 256 || n % 16) emu_fail("tcgen05.mma: N must be a multiple of 16 in 16..256 for M = 128");
+  const unsigned n = ((id >> 17) & 63u) << 3, m = ((id >> 24) & 31u) << 4, pair = op.group == 2;
+  if (m != 128 * op.group) emu_fail("tcgen05.mma: only M = 128 (cta_group::1) and M = 256 (cta_group::2) are modelled");
+  if (n < 16 || n > 256 || n % 16) emu_fail("tcgen05.mma: N must be a multiple of 16 in 16..256");
   if (op.d >> 16) emu_fail("tcgen05.mma: D's address names a lane other than 0");
-  emu_tmem_check(op.d, n, "tcgen05.mma D");
+  if (pair && (op.issuer % 2 || op.issuer + 1 >= g_emu->cluster))
+    emu_fail("tcgen05.mma.cta_group::2 issued outside the even rank of a CTA pair");
+  if (pair && scaled) emu_fail("tcgen05.mma.cta_group::2 with block scaling is not modelled");
+  EmuBlock* blk[2] = {&g_emu->blocks[op.issuer], &g_emu->blocks[op.issuer + pair]};
+  for (unsigned h = 0; h <= pair; ++h) {
+    if (blk[h]->tmem.empty()) blk[h]->tmem.assign(128 * 512, 0x7fffffffu);
+    emu_tmem_check_in(*blk[h], op.d, n, "tcgen05.mma D");
+  }
   const unsigned afmt = (id >> 7) & 7u, bfmt = (id >> 10) & 7u, d0 = op.d & 0xFFFFu;
   unsigned sfa = 0, sfb = 0, ida = 0, idb = 0;
   if (scaled) {
@@ -894,17 +917,20 @@ inline void emu_tcgen05_mma_run(EmuBlock& b, const EmuTcOp& op) {
     emu_tmem_check(op.sfa, 4, "tcgen05.mma scale A");
     emu_tmem_check(op.sfb, (n + 31) / 32, "tcgen05.mma scale B");
   }
-  static float a[128][32], bm[256][32];
+  static float a[256][32], bm[256][32];
   int kk = 0;
-  for (unsigned i = 0; i < 128; ++i) kk = emu_umma_row(op.a, i, op.kind, afmt, a[i]);
-  for (unsigned j = 0; j < n; ++j) emu_umma_row(op.b, j, op.kind, bfmt, bm[j]);
-  for (unsigned i = 0; i < 128; ++i) {
+  const unsigned bhalf = pair ? n / 2 : n;   // B's rows per block
+  for (unsigned i = 0; i < m; ++i)
+    kk = emu_umma_row(op.a, i % 128, op.kind, afmt, a[i], (op.issuer + i / 128 + 1) << 24);
+  for (unsigned j = 0; j < n; ++j)
+    emu_umma_row(op.b, j % bhalf, op.kind, bfmt, bm[j], (op.issuer + j / bhalf + 1) << 24);
+  for (unsigned i = 0; i < m; ++i) {
     const float sa = scaled ? emu_ue8m0(b, i, sfa + i / 32, ida) : 1.0f;
     for (unsigned j = 0; j < n; ++j) {
       float s = 0.0f;
       for (int k = 0; k < kk; ++k) s = fmaf(a[i][k], bm[j][k], s);
       if (scaled) s *= sa * emu_ue8m0(b, j % 32 + 32 * ((j / 32) % 4), sfb + j / 32, idb);
-      uint32_t& cell = b.tmem[i * 512 + d0 + j];
+      uint32_t& cell = blk[i / 128]->tmem[(i % 128) * 512 + d0 + j];
       const float prior = op.accumulate ? __uint_as_float(cell) : 0.0f;
       cell = __float_as_uint(prior + s);
     }
@@ -916,44 +942,62 @@ inline void emu_tcgen05_cp_run(EmuBlock& b, const EmuTcOp& op) {
   const unsigned col = op.d & 0xFFFFu;
   for (unsigned r = 0; r < 32; ++r) {
     uint32_t w[4];
-    for (unsigned q = 0; q < 4; ++q) memcpy(&w[q], emu_smem(emu_umma_desc_addr(op.a, r, 4 * q), 4), 4);
+    for (unsigned q = 0; q < 4; ++q)
+      memcpy(&w[q], emu_smem(((op.issuer + 1) << 24) | emu_umma_desc_addr(op.a, r, 4 * q), 4), 4);
     for (unsigned rep = 0; rep < 4; ++rep)
       for (unsigned q = 0; q < 4; ++q) b.tmem[(32 * rep + r) * 512 + col + q] = w[q];
   }
 }
-// perform the block's tcgen05 operations in issue order up to the last commit to `bar` (every
-// commit passed arrives on its barrier)
+// does commit `op` arrive on the barrier at cluster-absolute address `bar`?
+inline bool emu_tc_commit_to(const EmuTcOp& op, unsigned bar) {
+  if (op.type != 2) return false;
+  if (!op.mask) return op.bar == bar;
+  const unsigned r = bar >> 24;
+  return r && ((op.mask >> (r - 1)) & 1u) && (bar & 0xFFFFFFu) == op.bar;
+}
+inline void emu_tc_commit_arrive(const EmuTcOp& op) {
+  if (!op.mask) { emu_mbar_arrive(op.bar); return; }
+  for (unsigned r = 0; r < g_emu->cluster; ++r)
+    if ((op.mask >> r) & 1u) emu_mbar_arrive(((r + 1) << 24) | op.bar);
+}
+inline void emu_tcgen05_run(EmuBlock& b, const EmuTcOp& op) {
+  if (op.type == 0) emu_tcgen05_mma_run(b, op);
+  else if (op.type == 1) emu_tcgen05_cp_run(b, op);
+  else emu_tc_commit_arrive(op);
+}
+// perform, in each block of the cluster, its tcgen05 operations in issue order up to its last
+// commit that arrives on `bar` (every commit passed arrives on its barriers)
 inline void emu_tcgen05_complete(unsigned bar) {
-  EmuBlock& b = emu_blk();
-  size_t last = b.tc_ops.size();
-  for (size_t i = 0; i < b.tc_ops.size(); ++i)
-    if (b.tc_ops[i].type == 2 && b.tc_ops[i].bar == bar) last = i;
-  if (last == b.tc_ops.size()) return;
-  std::vector<EmuTcOp> ops(b.tc_ops.begin(), b.tc_ops.begin() + long(last) + 1);
-  b.tc_ops.erase(b.tc_ops.begin(), b.tc_ops.begin() + long(last) + 1);
-  for (const auto& op : ops) {
-    if (op.type == 0) emu_tcgen05_mma_run(b, op);
-    else if (op.type == 1) emu_tcgen05_cp_run(b, op);
-    else emu_mbar_arrive(op.bar);
+  for (auto& b : g_emu->blocks) {
+    size_t last = b.tc_ops.size();
+    for (size_t i = 0; i < b.tc_ops.size(); ++i)
+      if (emu_tc_commit_to(b.tc_ops[i], bar)) last = i;
+    if (last == b.tc_ops.size()) continue;
+    std::vector<EmuTcOp> ops(b.tc_ops.begin(), b.tc_ops.begin() + long(last) + 1);
+    b.tc_ops.erase(b.tc_ops.begin(), b.tc_ops.begin() + long(last) + 1);
+    for (const auto& op : ops) emu_tcgen05_run(b, op);
   }
 }
-inline void emu_tcgen05_issue(const EmuTcOp& op) {
+inline void emu_tcgen05_issue(EmuTcOp op) {
   EmuBlock& b = emu_tmem_block();
+  op.issuer = b.rank;
   ++g_emu->events;
   if (g_emu_eager_tma && b.tc_ops.empty()) {
-    if (op.type == 0) emu_tcgen05_mma_run(b, op);
-    else if (op.type == 1) emu_tcgen05_cp_run(b, op);
-    else emu_mbar_arrive(op.bar);
+    emu_tcgen05_run(b, op);
     return;
   }
   b.tc_ops.push_back(op);
 }
-// tcgen05.mma.cta_group::1.kind::{f16 (kind 0), f8f6f4 (1)} [d], adesc, bdesc, idesc, accumulate
-// and kind::mxf8f6f4.block_scale (2) with [scale A], [scale B]: one thread issues it
+// tcgen05.mma.cta_group::{1,2}.kind::{f16 (kind 0), f8f6f4 (1)} [d], adesc, bdesc, idesc,
+// accumulate and kind::mxf8f6f4.block_scale (2) with [scale A], [scale B]: one thread issues it
+// (for cta_group::2, a thread of the pair's even rank)
 inline void emu_tcgen05_mma(unsigned d, uint64_t adesc, uint64_t bdesc, unsigned idesc, int accumulate,
-                            int kind, unsigned sfa = 0, unsigned sfb = 0) {
+                            int kind, unsigned sfa = 0, unsigned sfb = 0, unsigned group = 1) {
   if (kind < 0 || kind > 2) emu_fail("tcgen05.mma kind not modelled");
-  emu_tcgen05_issue(EmuTcOp{0, d, sfa, sfb, idesc, 0, adesc, bdesc, accumulate, kind});
+  if (group != 1 && group != 2) emu_fail("tcgen05.mma cta_group other than 1 or 2");
+  EmuTcOp op{0, d, sfa, sfb, idesc, 0, adesc, bdesc, accumulate, kind};
+  op.group = group;
+  emu_tcgen05_issue(op);
 }
 // tcgen05.cp.cta_group::1.32x128b.warpx4 [taddr], sdesc
 inline void emu_tcgen05_cp_32x128b_warpx4(unsigned taddr, uint64_t sdesc) {
@@ -963,6 +1007,17 @@ inline void emu_tcgen05_cp_32x128b_warpx4(unsigned taddr, uint64_t sdesc) {
 inline void emu_tcgen05_commit(unsigned bar) {
   emu_barrier(bar);
   emu_tcgen05_issue(EmuTcOp{2, 0, 0, 0, 0, emu_cluster_addr(bar), 0, 0, 0, 0});
+}
+// tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster [bar], mask:
+// one arrival on the barrier at bar's offset in each block of the mask
+inline void emu_tcgen05_commit_multicast(unsigned bar, unsigned mask) {
+  if (bar >> 24) emu_fail("a multicast commit names this block's shared address of the barrier");
+  if (!mask || (mask >> g_emu->cluster)) emu_fail("a tcgen05.commit multicast mask names a block outside the cluster");
+  for (unsigned r = 0; r < g_emu->cluster; ++r)
+    if ((mask >> r) & 1u) emu_barrier(((r + 1) << 24) | bar);
+  EmuTcOp op{2, 0, 0, 0, 0, bar, 0, 0, 0, 0};
+  op.mask = mask;
+  emu_tcgen05_issue(op);
 }
 // tcgen05.ld.sync.aligned.32x32b.x{n}.b32: this thread's lane, n consecutive columns
 inline void emu_tcgen05_ld_32x32b(uint32_t* out, unsigned n, unsigned taddr) {
