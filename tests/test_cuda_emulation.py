@@ -212,7 +212,8 @@ def test_b200_tcgen05_tile_plain_path_matches_oracle_under_emulation(tmp_path, i
 # technique unit tests whose a100 and b200 artifacts are plain CUDA sources of their own (no
 # tcgen05), run under the emulation built for that column's arch on every spec case
 OTHER_COLUMN_PLAIN_TX = {"tx_warp_reduce": ["a100", "b200"], "tx_split_k": ["a100", "b200"],
-                         "tx_mma_sync": ["a100"], "tx_tile_schedule": ["a100"]}
+                         "tx_mma_sync": ["a100"], "tx_tile_schedule": ["a100"],
+                         "tx_mma_epilogue": ["a100"]}
 CUDA_ARCH = {"a100": 800, "b200": 1000}
 
 
