@@ -27,17 +27,25 @@ HIP_EMULATED = ["embedding", "kv_append", "residual_add", "gemv", "decode_attent
 PER_ARCH = ["gemm_fp8", "mx_gemm"]
 # gfx950 only: the block-scaled MFMA (v_mfma_scale_f32_32x32x64_f8f6f4)
 GFX950_ONLY = ["tx_amd_mx_mfma"]
+# gfx942 only (mi300x): OCP e4m3 codes mapped to the FNUZ fp8 MFMA (v_mfma_f32_32x32x16_fp8_fp8)
+GFX942_ONLY = ["tx_amd_fp8_mfma"]
+
+
+def _target(kernel):
+    """The target whose committed source and recipe a kernel runs with here."""
+    return "mi300x" if kernel in GFX942_ONLY else "mi350"
 
 
 @pytest.fixture(scope="module")
 def emulated_hip(tmp_path_factory):
-    """kernel -> its committed mi350 source built against the wave64 emulation (on first use)."""
+    """kernel -> its committed mi350 source (mi300x for GFX942_ONLY) built against the wave64
+    emulation (on first use)."""
     cuda_emulation.skip_unless_hip_available()
 
     class Built(dict):
         def __missing__(self, key):
             kernel, arch = key
-            source, _ = committed(kernel, "mi350")
+            source, _ = committed(kernel, _target(kernel))
             so = cuda_emulation.build_hip(source, tmp_path_factory.mktemp(f"hip-{kernel}"), arch=arch)
             self[key] = ctypes.CDLL(str(so))
             return self[key]
@@ -79,11 +87,12 @@ def _hidden_like(kernel):
 
 def _params():
     out = []
-    for kernel in HIP_EMULATED + PER_ARCH + GFX950_ONLY:
+    for kernel in HIP_EMULATED + PER_ARCH + GFX950_ONLY + GFX942_ONLY:
         s = spec(kernel)
         cases = [*s.correctness_cases(), *edge_cases(kernel), *_hidden_like(kernel)]
         archs = (cuda_emulation.HIP_ARCHS if kernel in PER_ARCH else
-                 ("gfx950",) if kernel in GFX950_ONLY else (None,))
+                 ("gfx950",) if kernel in GFX950_ONLY else
+                 ("gfx942",) if kernel in GFX942_ONLY else (None,))
         for arch in archs:
             for i, case in enumerate(cases):
                 label = f"{kernel}{'@' + arch if arch else ''}-{case.label(s.signature.dtypes[0])}"
@@ -105,7 +114,7 @@ def test_committed_hip_matches_oracle_under_wave64_emulation(emulated_hip, kerne
     pristine = {k: v.clone() for k, v in inputs.items()}
     # twice on the same buffers, refilled between launches as the judge refills them
     outputs, changed, ran = cuda_emulation.run(emulated_hip[kernel, arch], kernel, case, inputs,
-                                               target="mi350", repeat=2)
+                                               target=_target(kernel), repeat=2)
     assert not changed, f"inputs modified: {changed}"
     ref = o.reference(pristine, view)
     assert_matches(outputs, ref, s.case_tolerance(case), f"{ran}: ")
@@ -204,6 +213,31 @@ def test_gemm_fp8_on_gfx942_undoes_the_fnuz_halving_of_both_operands(tmp_path):
         lib = ctypes.CDLL(str(cuda_emulation.build_hip(text, tmp_path / str(should_match), arch="gfx942")))
         outputs, _, _ = cuda_emulation.run(lib, "gemm_fp8", case, inputs, target="mi350")
         assert (excess(outputs["c"], ref["c"], s.case_tolerance(case)) <= 1) == should_match
+
+
+@pytest.mark.parametrize("mistake,text,replacement", [
+    ("OCP -0 left as FNUZ NaN", "return (w & ~negzero & ~nan_bytes) | nan;", "return w;"),
+    ("FNUZ halving not undone", "constexpr float kFormatScale = 4.0f;", "constexpr float kFormatScale = 1.0f;"),
+    ("A's k halves swapped between half-waves (B's not)", "load_k8(pa, a_ok, k0 + kl, K, vec)",
+     "load_k8(pa, a_ok, k0 + 8 - kl, K, vec)"),
+    ("accumulator rows contiguous per half-wave", "(r / 4) * 8 + (lane / 32) * 4 + r % 4",
+     "(lane / 32) * 16 + r"),
+])
+def test_tx_amd_fp8_mfma_fails_with_each_format_or_layout_mistake_planted(tmp_path, mistake, text,
+                                                                         replacement):
+    """The unit test of amd.fp8_mfma on gfx942: its oracle decodes OCP e4m3 (the inputs' format,
+    negative zeros planted), the emulation reads the MFMA's operands as FNUZ; the committed source
+    matches and each planted mistake (no -0 mapping, no factor 4, a wrong operand layout) fails."""
+    cuda_emulation.skip_unless_hip_available()
+    s, o, case, view, inputs = _fp8_case("tx_amd_fp8_mfma", {"M": 40, "N": 70, "K": 48})
+    ref = o.reference({k: v.clone() for k, v in inputs.items()}, view)
+    source, _ = committed("tx_amd_fp8_mfma", "mi300x")
+    assert text in source
+    for code, should_match in ((source, True), (source.replace(text, replacement), False)):
+        lib = ctypes.CDLL(str(cuda_emulation.build_hip(code, tmp_path / str(should_match), arch="gfx942")))
+        outputs, _, _ = cuda_emulation.run(lib, "tx_amd_fp8_mfma", case, inputs, target="mi300x")
+        err = excess(outputs["c"], ref["c"], s.case_tolerance(case))
+        assert (err <= 1) == should_match, f"{mistake}: worst error {err:.3g}x the tolerance"
 
 
 @pytest.mark.parametrize("arch", cuda_emulation.HIP_ARCHS)
