@@ -236,6 +236,47 @@ def test_plain_technique_unit_tests_of_other_columns_match_oracle_under_emulatio
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
 
 
+
+@pytest.mark.parametrize("target_name", ["h200", "a100", "b200"])
+def test_split_k_slices_follow_start_order_so_no_block_waits_for_one_not_yet_running(
+        tmp_path, target_name):
+    """tx_split_k's slices add in turn; a block's slice is the ticket it takes when it starts, not
+    its blockIdx.z, so it only ever waits for blocks already running. The emulation runs blocks
+    one at a time: in reverse order a blockIdx-ordered kernel would spin forever on a slice that
+    never runs (the child's timeout), while this one gives the oracle's result, the same bits as
+    in linear order, and leaves its counters ready for a second launch without re-zeroing."""
+    cuda_emulation.skip_unless_available()
+    source, _ = committed("tx_split_k", target_name)
+    so = cuda_emulation.build(source, tmp_path, cuda_arch={"h200": 900, **CUDA_ARCH}[target_name])
+    script = f"""
+import ctypes, sys, torch
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from support import cuda_emulation
+from support.library import oracle, oracle_case, spec
+from regen.spec import Case
+s, o = spec("tx_split_k"), oracle("tx_split_k")
+case = Case.model_validate({{"M": 40, "N": 20, "K": 1800}})   # 3 x 2 tiles, 8 slices
+view = oracle_case(s, case)
+inputs = o.make_inputs(view, 0)
+ref = o.reference({{k: v.clone() for k, v in inputs.items()}}, view)["c"]
+lib = ctypes.CDLL({str(so)!r})
+got = []
+for reverse in (0, 1):
+    lib.emu_set_reverse_blocks(ctypes.c_int(reverse))
+    out, _, _ = cuda_emulation.run(lib, "tx_split_k", case, inputs, target={target_name!r})
+    got.append(out["c"])
+again, _, _ = cuda_emulation.run(lib, "tx_split_k", case, inputs, target={target_name!r},
+                                 repeat=2, rezero=False)
+err = (got[1].double() - ref).abs().max().item()
+print("same bits", torch.equal(got[0], got[1]) and torch.equal(again["c"], got[0]), "err", err)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = done.stdout.split()
+    assert words[:3] == ["same", "bits", "True"], done.stdout
+    assert float(words[4]) < 1e-3, done.stdout
+
 # -- Blackwell GEMMs: TMA, tcgen05.mma into tensor memory, tcgen05.ld --------------------------------
 B200_GEMMS = ["gemm_bf16", "gemm_fp8", "mx_gemm"]
 
