@@ -249,7 +249,8 @@ def test_the_modelled_ptx_becomes_hmma_and_ldsm_on_the_device(arch_target):
     result = toolchain.compile(SOURCE, target(arch_target))
     assert result.ok, result.log
     if result.disassembly is None:
-        pytest.skip("no SASS here: cuobjdump / nvdisasm missing")
+        pytest.skip("the disassembly check needs cuobjdump and nvdisasm (the "
+                    "nvidia-cuda-cuobjdump and -nvdisasm wheels scripts/setup.sh installs)")
     assert missing_instructions(result.disassembly, ["HMMA.16816.F32.BF16", "HMMA.16816.F32"],
                                 kernel="mma") == []
     assert missing_instructions(result.disassembly, ["LDSM.16.M88.4", "LDSM.16.MT88.4",
@@ -476,7 +477,8 @@ def test_the_modelled_sm90_ptx_becomes_qgmma_and_stsm_on_the_device():
     result = toolchain.compile(SOURCE_SM90, target("h200"))
     assert result.ok, result.log
     if result.disassembly is None:
-        pytest.skip("no SASS here: cuobjdump / nvdisasm missing")
+        pytest.skip("the disassembly check needs cuobjdump and nvdisasm (the "
+                    "nvidia-cuda-cuobjdump and -nvdisasm wheels scripts/setup.sh installs)")
     assert missing_instructions(result.disassembly, ["QGMMA.64x64x32.F32.E4M3.E4M3"], kernel="qgmma") == []
     assert missing_instructions(result.disassembly, ["STSM.16.M88.4", "STSM.16.M88.2", "STSM.16.M88"],
                                 kernel="stm") == []
@@ -624,5 +626,6 @@ def test_the_modelled_cta_pair_ptx_becomes_utchmma_2cta_on_the_device():
     result = toolchain.compile(SOURCE_PAIR, target("b200"))
     assert result.ok, result.log
     if result.disassembly is None:
-        pytest.skip("no SASS here: cuobjdump / nvdisasm missing")
+        pytest.skip("the disassembly check needs cuobjdump and nvdisasm (the "
+                    "nvidia-cuda-cuobjdump and -nvdisasm wheels scripts/setup.sh installs)")
     assert missing_instructions(result.disassembly, ["UTCHMMA.2CTA", "LDTM"], kernel="pair") == []

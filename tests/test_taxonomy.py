@@ -306,7 +306,7 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
     for cell, mnemonic in expected.items():
         st = states[cell]
         if st.proof_shown is None:
-            pytest.skip(f"no SASS here: {st.notes}")
+            pytest.skip(f"the proof check needs the disassembly, which is missing here: {st.notes}")
         opcode = next(w for w in st.evidence.split() if not w.startswith("@"))   # past a predicate
         assert st.proof_shown and opcode.startswith(mnemonic), (cell, st.evidence)
         if st.level != "proven":   # until the H200 records are imported
@@ -343,7 +343,7 @@ def test_compiled_b200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
     for cell, mnemonic in expected.items():
         st = states[cell]
         if st.proof_shown is None:
-            pytest.skip(f"no SASS here: {st.notes}")
+            pytest.skip(f"the proof check needs the disassembly, which is missing here: {st.notes}")
         opcode = next(w for w in st.evidence.split() if not w.startswith("@"))
         assert st.proof_shown and opcode.startswith(mnemonic), (cell, st.evidence)
         if st.level != "proven":
