@@ -484,6 +484,159 @@ def test_the_modelled_sm90_ptx_becomes_qgmma_and_stsm_on_the_device():
                                 kernel="stm") == []
 
 
+
+# -- sm_90a: wgmma with A from registers (what a flash-attention kernel's O += P V issues) ---------
+SOURCE_RS = r"""
+#include <cuda_bf16.h>
+// one warpgroup per block: thread t's four A registers (the m64k16 register fragment) from row
+// blockIdx.x * 128 + t of `a`; B, 16 k x 64 n bf16, staged N-major (MN-major): row k of 128 bytes
+// holds n = 0..63, 128-byte swizzled (16-byte chunk c of row k at chunk c ^ (k % 8)); D = A B + C
+// by one wgmma.m64n64k16.f32.bf16.bf16 with A from registers and B transposed through its
+// descriptor (leading and stride byte offsets 1024, 128-byte swizzle). clobber != 0 changes an A
+// register between the issue and the wait (undefined in the PTX ISA; the emulation reports it).
+extern "C" __global__ void __launch_bounds__(128)
+rsgmma(const unsigned* a, const unsigned short* b, const float* c, float* d, long long clobber) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned raw = (unsigned)__cvta_generic_to_shared(smem_raw);
+  unsigned char* smem = smem_raw + ((1024u - (raw & 1023u)) & 1023u);
+  const int t = threadIdx.x;
+  const long long w = blockIdx.x;
+  for (int i = t; i < 16 * 64; i += 128) {
+    const int k = i / 64, n = i % 64;
+    *(unsigned short*)(smem + k * 128 + ((((n * 2) >> 4) ^ (k % 8)) << 4) + (n * 2) % 16) = b[w * 1024 + i];
+  }
+  unsigned ar[4] = {a[(w * 128 + t) * 4], a[(w * 128 + t) * 4 + 1], a[(w * 128 + t) * 4 + 2],
+                    a[(w * 128 + t) * 4 + 3]};
+  float acc[32];
+  for (int i = 0; i < 32; ++i) acc[i] = c[(w * 128 + t) * 32 + i];
+  const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned long long db = (unsigned long long)((base & 0x3FFFF) >> 4) | ((1024ull >> 4) << 16) |
+                                ((1024ull >> 4) << 32) | (1ull << 62);
+  __syncthreads();
+#ifdef __CUDA_ARCH__
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]),
+        "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]),
+        "+f"(acc[14]), "+f"(acc[15]), "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]), "+f"(acc[20]),
+        "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]), "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]),
+        "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31])
+      : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "l"(db));
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  if (clobber) ar[0] ^= 0x8000u;
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#else
+  emu_wgmma_rs(acc, 64, ar, db, 1, 1, 0);
+  emu_wgmma_commit();
+  if (clobber) ar[0] ^= 0x8000u;
+  emu_wgmma_wait(0);
+#endif
+  for (int i = 0; i < 32; ++i) d[(w * 128 + t) * 32 + i] = acc[i];
+  if (clobber) d[w * 128 * 32] += (float)ar[0];
+}
+"""
+
+
+def wgmma_a_element(thread, reg, half):
+    """wgmma .m64k16 register fragment A (PTX ISA, "Register fragments ... for matrix A", 16-bit
+    types): thread t = 32 w + l, register i holds two elements; row 16 w + l / 4 (+ 8 for odd i),
+    column 2 (l % 4) + half (+ 8 for i >= 2)."""
+    w, lane = thread // 32, thread % 32
+    return 16 * w + lane // 4 + (8 if reg % 2 else 0), 2 * (lane % 4) + half + (8 if reg >= 2 else 0)
+
+
+@pytest.fixture(scope="module")
+def lib_rs(tmp_path_factory):
+    cuda_emulation.skip_unless_available()
+    return ctypes.CDLL(str(cuda_emulation.build(SOURCE_RS, tmp_path_factory.mktemp("rs"))))
+
+
+def _rsgmma(lib, a, b, c, clobber=0):
+    """D for W warpgroups: a [W, 64, 16] and b [W, 16, 64] bf16 (A through the register fragment,
+    B k by n), c [W, 64, 64] through the accumulator fragment; D read back through it."""
+    import torch
+    w = a.shape[0]
+    bits = a.to(torch.bfloat16).view(torch.int16).to(torch.int64) & 0xffff
+    regs = torch.zeros(w, 128, 4, dtype=torch.int64)
+    c_regs = torch.zeros(w, 128, 32)
+    for t in range(128):
+        for i in range(4):
+            for half in range(2):
+                r, k = wgmma_a_element(t, i, half)
+                regs[:, t, i] |= bits[:, r, k] << (16 * half)
+        for i in range(32):
+            r, col = wgmma_d_element(t, i)
+            c_regs[:, t, i] = c[:, r, col]
+    d = torch.full((w * 128, 32), float("nan"))
+    _launch_threads(lib, "rsgmma", w, 128, 2048 + 1024,
+                    [regs.to(torch.int32).reshape(-1).contiguous(),
+                     b.to(torch.bfloat16).view(torch.int16).reshape(-1).contiguous(),
+                     c_regs.reshape(-1).contiguous(), d], [clobber])
+    d = d.reshape(w, 128, 32)
+    got = torch.empty(w, 64, 64)
+    for t in range(128):
+        for i in range(32):
+            r, col = wgmma_d_element(t, i)
+            got[:, r, col] = d[:, t, i]
+    return got
+
+
+def test_emulated_wgmma_with_a_from_registers_equals_a_scalar_matmul_with_the_ptx_layout(lib_rs):
+    """Integer-valued bf16 operands (every product and sum exact in float32): A laid into the
+    register fragment of the PTX ISA, B read N-major through the 128-byte swizzle, D = A B + C
+    read through the accumulator fragment, in 8 warpgroups at once; then a one-hot A (A[m][k] = 1
+    for k = m % 16) so that D's row m is B's row m % 16: each register half reaches its (row, k)."""
+    import torch
+    g = torch.Generator().manual_seed(8)
+    w = 8
+    a = torch.randint(-8, 9, (w, 64, 16), generator=g).float()
+    b = torch.randint(-8, 9, (w, 16, 64), generator=g).float()
+    c = torch.randint(-1000, 1001, (w, 64, 64), generator=g).float()
+    got = _rsgmma(lib_rs, a, b, c)
+    want = a.double() @ b.double() + c.double()
+    assert torch.equal(got.double(), want), f"{(got.double() != want).sum().item()} elements differ"
+    one_hot = torch.zeros(w, 64, 16)
+    one_hot[:, torch.arange(64), torch.arange(64) % 16] = 1.0
+    got = _rsgmma(lib_rs, one_hot, b, torch.zeros(w, 64, 64))
+    assert torch.equal(got, b[:, torch.arange(64) % 16, :])
+
+
+def test_emulation_reports_an_a_register_changed_before_the_wait(lib_rs, tmp_path):
+    """Changing a register of A between wgmma's issue and the wait that retires it is undefined in
+    the PTX ISA (the tensor cores may still read it); the model aborts with a message."""
+    import subprocess
+    import sys
+    so = cuda_emulation.build(SOURCE_RS, tmp_path / "rs")
+    script = (f"import ctypes, sys, torch; sys.path.insert(0, {str(cuda_emulation.HEADER.parent.parent)!r}); "
+              f"import test_cuda_fragment_emulation as t; lib = ctypes.CDLL({str(so)!r}); "
+              f"z = torch.zeros(1, 64, 16); t._rsgmma(lib, z, torch.zeros(1, 16, 64), "
+              f"torch.zeros(1, 64, 64), clobber={{c}}); print('returned')")
+    honest = subprocess.run([sys.executable, "-c", script.format(c=0)], capture_output=True, text=True)
+    assert honest.returncode == 0 and "returned" in honest.stdout, honest.stderr[-2000:]
+    bad = subprocess.run([sys.executable, "-c", script.format(c=1)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "changed before wgmma.wait_group" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_the_modelled_register_a_wgmma_becomes_hgmma_on_the_device():
+    from regen.sass import missing_instructions
+    from regen.toolchains.nvrtc import Toolchain
+    toolchain = Toolchain(disassemble=True)
+    if toolchain.problem():
+        pytest.skip(toolchain.problem())
+    result = toolchain.compile(SOURCE_RS, target("h200"))
+    assert result.ok, result.log
+    if result.disassembly is None:
+        pytest.skip("the disassembly check needs cuobjdump and nvdisasm (the "
+                    "nvidia-cuda-cuobjdump and -nvdisasm wheels scripts/setup.sh installs)")
+    assert missing_instructions(result.disassembly, ["HGMMA.64x64x16.F32.BF16"], kernel="rsgmma") == []
+    # A in registers: the instruction names a register where a descriptor-read A shows gdesc
+    hgmma = [line for line in result.disassembly.splitlines() if "HGMMA." in line]
+    assert hgmma and all("gdesc" in line and ", R" in line.split("gdesc")[0] for line in hgmma), hgmma
+
 # -- sm_100a: tcgen05.mma.cta_group::2 over a CTA pair ---------------------------------------------
 SOURCE_PAIR = r"""
 #include <cuda_bf16.h>

@@ -128,7 +128,11 @@ struct EmuBarrier { unsigned expected = 0, pending = 0; long long tx = 0; unsign
 // tensor-map copy
 struct EmuTmaCopy { unsigned smem; unsigned char map[128]; int coords[5]; unsigned bar; bool store;
                     const unsigned char* src; unsigned bytes; };
-struct EmuWgmma { float* d; int n, scale_d, tnsp_a, tnsp_b, kind; uint64_t da, db; unsigned group; };
+struct EmuWgmma { float* d; int n, scale_d, tnsp_a, tnsp_b, kind; uint64_t da, db; unsigned group;
+                  // A from registers (emu_wgmma_rs): rows lane / 4 and + 8 of the warp's 16, as
+                  // gathered from the quad at issue; the issuing thread's registers and their value
+                  bool rs = false; float a[2][16] = {}; const unsigned* a_regs = nullptr;
+                  unsigned a_saved[4] = {}; };
 // a tcgen05 operation in flight: an MMA (kind 0 f16, 1 f8f6f4, 2 mxf8f6f4 block-scaled; group 1
 // or 2: cta_group::1 or ::2), a tcgen05.cp (32x128b.warpx4) or a commit (arrive on `bar` once
 // everything before it is done; with a multicast mask, on the barrier at bar's offset in each
@@ -326,6 +330,10 @@ inline void emu_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, boo
 //    mode; K-major or, for 16-bit types, MN-major), the accumulator fragment of PTX (register
 //    4j + {0,1}: row 16 warp + lane / 4, column 8j + 2 (lane % 4) + {0,1}; 4j + {2,3}: 8 rows
 //    down); executed when wgmma.wait_group retires its group, so operands are read late;
+//    A may instead come from registers (bf16/f16 k16, emu_wgmma_rs): the PTX fragment (thread
+//    32 w + l, register i, half h: row 16 w + l / 4 + 8 (i % 2), column 2 (l % 4) + 8 (i / 2) + h),
+//    gathered from each row's quad of lanes at issue; the registers must hold the issued values
+//    until the wait that retires the instruction (changing them earlier is reported);
 //  * stmatrix (x1/x2/x4, b16): a warp's 8x8 matrices, row addresses from lanes 8i..8i+7.
 #define CU_TENSOR_MAP_NUM_QWORDS 16
 struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
@@ -594,6 +602,10 @@ inline void emu_tma_store_2d(const void* map, int c0, int c1, unsigned smem) {
   const int c[2] = {c0, c1};
   emu_tma_store(map, c, 2, smem);
 }
+inline void emu_tma_store_3d(const void* map, int c0, int c1, int c2, unsigned smem) {
+  const int c[3] = {c0, c1, c2};
+  emu_tma_store(map, c, 3, smem);
+}
 inline void emu_bulk_commit() { ++g_emu->async[emu_fid()].store_groups; }
 // cp.async.bulk.wait_group(.read) n: the stores of all but the newest n groups are done
 inline void emu_bulk_wait(unsigned n) {
@@ -656,8 +668,15 @@ inline void emu_wgmma_run(const EmuWgmma& w) {
   const unsigned esize = w.kind >= 2 ? 1 : 2, kk = 32 / esize;
   const unsigned rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
   float a[2][32], b[32];
-  for (int r = 0; r < 2; ++r)
-    for (unsigned k = 0; k < kk; ++k) a[r][k] = emu_elem(emu_desc_addr(w.da, rows[r], k, w.tnsp_a, esize), w.kind);
+  if (w.rs) {
+    if (memcmp(w.a_regs, w.a_saved, sizeof(w.a_saved)) != 0)
+      emu_fail("a register of wgmma's A operand changed before wgmma.wait_group retired it");
+    for (int r = 0; r < 2; ++r)
+      for (unsigned k = 0; k < kk; ++k) a[r][k] = w.a[r][k];
+  } else {
+    for (int r = 0; r < 2; ++r)
+      for (unsigned k = 0; k < kk; ++k) a[r][k] = emu_elem(emu_desc_addr(w.da, rows[r], k, w.tnsp_a, esize), w.kind);
+  }
   for (int j = 0; j < w.n / 8; ++j)
     for (int c = 0; c < 2; ++c) {
       const unsigned col = 8 * j + 2 * (lane % 4) + c;
@@ -676,6 +695,36 @@ inline void emu_wgmma(float* d, int n, uint64_t da, uint64_t db, int scale_d, in
   if (kind >= 2 && (tnsp_a || tnsp_b)) emu_fail("8-bit wgmma operands must be K-major");
   EmuThreadAsync& a = g_emu->async[emu_fid()];
   a.wgmma.push_back(EmuWgmma{d, n, scale_d, tnsp_a, tnsp_b, kind, da, db, a.wgmma_groups});
+}
+// wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16|f16} with A from registers: `a` is this
+// thread's four 32-bit registers (they must stay alive, unchanged, until the wait that retires
+// the instruction), B through its descriptor. Warp-collective: each lane's registers are
+// exchanged through the warp (two warp barriers, like stmatrix) so that a thread holds its two
+// rows' 16 values, as it reads them when the instruction retires.
+inline void emu_wgmma_rs(float* d, int n, const unsigned* a, uint64_t db, int scale_d, int tnsp_b,
+                         int kind) {
+  Emu* e = g_emu;
+  const unsigned me = emu_fid();
+  if (n < 8 || n > 256 || n % 8) emu_fail("wgmma N must be a multiple of 8 in 8..256");
+  if (kind != 0 && kind != 1) emu_fail("wgmma with A from registers is modelled for bf16 and f16 only");
+  if (EMU_WARP != 32 || e->wlive[me / 32] != 32) emu_fail("wgmma without the full warp");
+  for (int i = 0; i < 4; ++i) e->stm_regs[me * 4 + i] = a[i];
+  emu_warp_barrier();
+  EmuWgmma w{d, n, scale_d, 0, tnsp_b, kind, 0, db, e->async[me].wgmma_groups};
+  w.rs = true;
+  w.a_regs = a;
+  memcpy(w.a_saved, a, sizeof(w.a_saved));
+  const unsigned quad = me & ~3u;   // the fiber of lane 4 (l / 4): lanes quad .. quad + 3
+  for (unsigned q = 0; q < 4; ++q)
+    for (unsigned i = 0; i < 4; ++i)
+      for (unsigned h = 0; h < 2; ++h) {
+        const unsigned v = e->stm_regs[(quad + q) * 4 + i];
+        const uint16_t bits = uint16_t(h ? v >> 16 : v & 0xffffu);
+        w.a[i % 2][2 * q + 8 * (i / 2) + h] =
+            kind == 0 ? __uint_as_float(unsigned(bits) << 16) : __half2float(__half{bits});
+      }
+  emu_warp_barrier();
+  e->async[me].wgmma.push_back(w);
 }
 inline void emu_wgmma_commit() { ++g_emu->async[emu_fid()].wgmma_groups; }
 // wgmma.wait_group n: every group but the newest n retired (their accumulators written)
