@@ -93,19 +93,41 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
 # (variants/gemv/*) dispatch on B (1-2, up to 8, up to 16 per pass: the judge's hidden variants
 # take B = 8 to 16..32) and K (16-byte rows or not, whole and partial iterations of each warp's
 # K loop, grid-stride loops over rows and tiles); every launch of their recipes runs on at least one
-# (test_gemv_variant_edges_reach_every_launch)
+# (test_variant_edges_reach_every_launch)
 VARIANT_EDGES = {"gemv": [
     {"B": 1, "N": 1, "K": 8}, {"B": 2, "N": 33, "K": 1000}, {"B": 1, "N": 70, "K": 4160},
     {"B": 2, "N": 9, "K": 8192}, {"B": 4, "N": 20, "K": 4160}, {"B": 8, "N": 24, "K": 8192},
     {"B": 3, "N": 40, "K": 2048}, {"B": 16, "N": 18, "K": 1008}, {"B": 24, "N": 9, "K": 2112},
     {"B": 10, "N": 3, "K": 9}, {"B": 9, "N": 70, "K": 136}, {"B": 1, "N": 3300, "K": 64},
-    {"B": 2, "N": 2200, "K": 4160}, {"B": 5, "N": 2120, "K": 2048}]}
+    {"B": 2, "N": 2200, "K": 4160}, {"B": 5, "N": 2120, "K": 2048}],
+    # attention's variants (variants/attention/*): 128-row query and key tiles (S = 1, one row
+    # short of a tile, exactly one, one row into the next), rings of 2 (D 128) and 4 (D 64) key
+    # stages reused (5 and 6 key tiles), GQA ratios 1, 4 and 8 with several KV heads (the head
+    # coordinate of the K/V maps), causal and not, more work tiles than the 132 persistent
+    # blocks, and head sizes of the fallback (D 16, 200, 320)
+    "attention": [
+        {"B": 2, "Hkv": 2, "G": 4, "S": 1, "D": 128},
+        {"B": 3, "Hkv": 4, "G": 1, "S": 1, "D": 64, "params": {"causal": False}},
+        {"B": 1, "Hkv": 1, "G": 1, "S": 127, "D": 64, "params": {"causal": False}},
+        {"B": 1, "Hkv": 1, "G": 2, "S": 128, "D": 64},
+        {"B": 2, "Hkv": 1, "G": 1, "S": 129, "D": 128, "params": {"causal": False}},
+        {"B": 1, "Hkv": 8, "G": 4, "S": 130, "D": 128},
+        {"B": 1, "Hkv": 4, "G": 1, "S": 255, "D": 64},
+        {"B": 1, "Hkv": 2, "G": 2, "S": 256, "D": 128},
+        {"B": 1, "Hkv": 1, "G": 1, "S": 383, "D": 64, "params": {"causal": False, "scale": 0.125}},
+        {"B": 1, "Hkv": 1, "G": 1, "S": 520, "D": 128, "params": {"scale": 0.3}},
+        {"B": 1, "Hkv": 1, "G": 1, "S": 700, "D": 64, "params": {"scale": 0.125}},
+        {"B": 2, "Hkv": 2, "G": 18, "S": 200, "D": 64},
+        {"B": 1, "Hkv": 2, "G": 8, "S": 129, "D": 128, "params": {"causal": False}, "dist": "large"},
+        {"B": 1, "Hkv": 1, "G": 4, "S": 50, "D": 16, "params": {"causal": False, "scale": 0.25}},
+        {"B": 1, "Hkv": 1, "G": 2, "S": 33, "D": 200, "params": {"causal": False}},
+        {"B": 2, "Hkv": 1, "G": 1, "S": 21, "D": 320}]}
 
 
 def _variant_cases(kernel):
     from regen.spec import Case
     return [*spec(kernel).correctness_cases(), *edge_cases(kernel),
-            *[Case.model_validate({**sizes, "dtype": spec(kernel).signature.dtypes[0]})
+            *[Case.model_validate({"params": {}, **sizes, "dtype": spec(kernel).signature.dtypes[0]})
               for sizes in VARIANT_EDGES.get(kernel, [])]]
 
 
@@ -140,25 +162,31 @@ def emulated_variant(tmp_path_factory):
 def test_variant_cuda_matches_oracle_under_emulation(emulated_variant, kernel, folder, index):
     """A variant kept for timing on the device is held to the committed kernel's checks before it
     gets there: every spec case and edge shape against the oracle (a composed spec's composed
-    reference), inputs untouched."""
+    reference), inputs untouched. A recipe with tensor maps runs twice on the same buffers: its
+    TMA loads land when a thread waits for them, then at issue (a stage handed back too early is
+    overwritten under the reader)."""
     s, o = spec(kernel), judged_oracle(kernel)
     case = _variant_cases(kernel)[index]
     view = oracle_case(s, case)
     inputs = o.make_inputs(view, 0)
     pristine = {k: v.clone() for k, v in inputs.items()}
-    outputs, changed, ran = cuda_emulation.run(emulated_variant[folder], kernel, case, inputs, folder)
+    repeat = 2 if committed(kernel, "h200", folder)[1].tensor_maps else 1
+    outputs, changed, ran = cuda_emulation.run(emulated_variant[folder], kernel, case, inputs, folder,
+                                               repeat=repeat)
     assert not changed, f"inputs modified: {changed}"
     assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
 
 
-@pytest.mark.parametrize("folder", sorted(p.parent for p in (ROOT / "variants" / "gemv").glob("*/launch.yaml")),
-                         ids=lambda p: p.name)
-def test_gemv_variant_edges_reach_every_launch(folder):
-    """Every launch of a gemv variant's recipe is chosen for some case the emulation runs."""
+@pytest.mark.parametrize("kernel,folder", [
+    pytest.param(k, f, id=f"{k}-{f.name}") for k in ("gemv", "attention")
+    for f in sorted(p.parent for p in (ROOT / "variants" / k).glob("*/launch.yaml"))])
+def test_variant_edges_reach_every_launch(kernel, folder):
+    """Every launch of a gemv or attention variant's recipe is chosen for some case the emulation
+    runs."""
     from support.library import bound
-    recipe = committed("gemv", "h200", folder)[1]
-    ran = {launch.kernel for case in _variant_cases("gemv")
-           for launch in bound("gemv", "h200", case, folder)[0]}
+    recipe = committed(kernel, "h200", folder)[1]
+    ran = {launch.kernel for case in _variant_cases(kernel)
+           for launch in bound(kernel, "h200", case, folder)[0]}
     assert {launch.kernel.replace("{dtype}", "bf16") for launch in recipe.all_launches()} <= ran
 
 
@@ -632,3 +660,107 @@ def test_emulated_clusters_catch_a_stage_refilled_before_the_peer_block_is_done(
         "        mbar_arrive_cluster(mapa(empty + 8 * slot, peer));": "        mbar_arrive(empty + 8 * slot);"})
     with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
         _run_variant(bad, "gemm_bf16", _case_index("gemm_bf16", label))
+
+
+# -- variants/attention/tma_pingpong: TMA producer, ping-pong consumers, TMA store epilogue -------
+ATTENTION_TMA = ROOT / "variants" / "attention" / "tma_pingpong"
+
+
+def _run_attention(folder, fields, seed=0):
+    """variants/attention/<folder>'s recipe on one shape, launched twice (TMA loads landing when
+    waited for, then at issue), against the oracle."""
+    from regen.spec import Case
+    s, o = spec("attention"), oracle("attention")
+    case = Case.model_validate({"params": {}, **fields})
+    view = oracle_case(s, case)
+    inputs = o.make_inputs(view, seed)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    lib = ctypes.CDLL(str(cuda_emulation.build((folder / "kernel.cu").read_text(), folder / "build")))
+    outputs, changed, ran = cuda_emulation.run(lib, "attention", case, inputs, folder, repeat=2)
+    assert not changed, f"inputs modified: {changed}"
+    assert_matches(outputs, o.reference(pristine, view), s.case_tolerance(case), f"{ran}: ")
+    return ran
+
+
+# one persistent block walks every work tile: the Q buffer's phases, the K/V rings (2 stages at D
+# 128, 4 at D 64) wrapping across tiles, the ping-pong barriers and the O staging buffers reused
+ATTENTION_ONE_BLOCK = [
+    {"B": 1, "Hkv": 2, "G": 2, "S": 300, "D": 128},
+    {"B": 2, "Hkv": 1, "G": 3, "S": 200, "D": 64, "params": {"causal": False, "scale": 0.125}},
+]
+
+
+@pytest.mark.parametrize("fields", ATTENTION_ONE_BLOCK, ids=lambda f: "S{S}-D{D}".format(**f))
+def test_attention_tma_variant_one_persistent_block_walks_every_tile(tmp_path, fields):
+    cuda_emulation.skip_unless_available()
+    folder = _variant(tmp_path / "one", "attention", base=ATTENTION_TMA,
+                      recipe_edit={"* B * Hkv * G, 132)\", 1, 1]": "* B * Hkv * G, 1)\", 1, 1]"})
+    ran = _run_attention(folder, fields)
+    assert ran == [f"attention_tma_d{fields['D']}_bf16"] * 2
+
+
+ATTENTION_PLANTED = {
+    # query head h reads K/V head h % Hkv instead of h / G (GQA)
+    "gqa-head": ({"B": 1, "Hkv": 2, "G": 4, "S": 150, "D": 128},
+                 {"w.kvh = b * Hkv + h / G;": "w.kvh = b * Hkv + h % Hkv;"}, None),
+    # keys past S (zeros from TMA, so scores of 0) not masked
+    "tail-mask": ({"B": 1, "Hkv": 1, "G": 1, "S": 200, "D": 64, "params": {"causal": False}},
+                  {"if (col >= S || (causal && col > row))": "if (causal && col > row)"}, None),
+    # O not rescaled when the running maximum grows
+    "no-rescale": ({"B": 1, "Hkv": 1, "G": 1, "S": 300, "D": 128, "dist": "large"},
+                   {"for (int i = 0; i < 32; ++i) o[db][i] *= alpha[(i % 4) / 2];": ""}, None),
+    # the Q buffer handed back after the first key tile, not the last: in one persistent block
+    # the next tile's Q lands while this tile's Q K^T still read it
+    "q-freed-early": ({"B": 1, "Hkv": 1, "G": 2, "S": 300, "D": 128},
+                      {"      if (w.n_kv == 1) mbar_arrive(q_empty);  // the last read of this Q tile is done\n":
+                       "      mbar_arrive(q_empty);\n",
+                       "      if (j == w.n_kv - 1) mbar_arrive(q_empty);\n": ""},
+                      {"* B * Hkv * G, 132)\", 1, 1]": "* B * Hkv * G, 1)\", 1, 1]"}),
+    # a V stage handed back as soon as the P V reading it is issued, not once it retired: the
+    # eager repetition lands the next V there while the softmax runs
+    "v-freed-early": ({"B": 1, "Hkv": 1, "G": 1, "S": 700, "D": 64},
+                      {"      wgmma_wait<1>();  // S(j) is in\n":
+                       "      mbar_arrive(v_empty + 8 * pv_stage);\n      wgmma_wait<1>();\n",
+                       "      fence_operands(p);\n      mbar_arrive(v_empty + 8 * pv_stage);\n":
+                       "      fence_operands(p);\n"}, None),
+    # the K/V maps declared without the swizzle the descriptors read through
+    "unswizzled-kv": ({"B": 1, "Hkv": 1, "G": 1, "S": 130, "D": 128}, None,
+                      {"box: [64, 128, 1], swizzle: 128B, l2_promotion: 256B}\n  - {name: tma_v":
+                       "box: [64, 128, 1], swizzle: none}\n  - {name: tma_v"}),
+    # the O staging buffer written unswizzled where the store map reads it swizzled
+    "unswizzled-o": ({"B": 1, "Hkv": 1, "G": 1, "S": 130, "D": 64},
+                     {"return row * 128u + (byte ^ ((row & 7u) << 4));": "return row * 128u + byte;"}, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_PLANTED))
+def test_attention_tma_variant_emulation_catches_planted_mistakes(tmp_path, name):
+    """Each planted mistake (a wrong GQA head, no tail mask, no rescale, the Q buffer or a V
+    stage handed back early, an unswizzled K map or O staging buffer) gives a wrong result where
+    the variant passes."""
+    cuda_emulation.skip_unless_available()
+    fields, source_edit, recipe_edit = ATTENTION_PLANTED[name]
+    _run_attention(_variant(tmp_path / "honest", "attention", base=ATTENTION_TMA,
+                            recipe_edit=(recipe_edit if name == "q-freed-early" else None)), fields)
+    bad = _variant(tmp_path / "bad", "attention", base=ATTENTION_TMA, source_edit=source_edit,
+                   recipe_edit=recipe_edit)
+    with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
+        _run_attention(bad, fields)
+
+
+def test_attention_tma_variant_ping_pong_needs_its_first_hand_over(tmp_path):
+    """Warpgroup 1 may issue its first GEMMs only once warpgroup 2 let it (bar.arrive on barrier
+    1); without that hand-over both warpgroups wait for each other, which the emulation reports as
+    a deadlock (the GPU would hang)."""
+    cuda_emulation.skip_unless_available()
+    bad = _variant(tmp_path / "bad", "attention", base=ATTENTION_TMA,
+                   source_edit={"  if (cw == 1) named_arrive(1, 256);\n": ""})
+    script = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+              f"from pathlib import Path; import test_cuda_emulation as t; "
+              f"t._run_attention(Path({str(bad)!r}), {{'B': 1, 'Hkv': 1, 'G': 1, 'S': 64, 'D': 64}}); "
+              f"print('returned')")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT / "tests", timeout=300)
+    assert proc.returncode == -signal.SIGABRT and "emu: deadlock" in proc.stderr, \
+        f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"
+
