@@ -9,6 +9,7 @@ CUDA emulation's ldmatrix and mma.sync models, and its SASS."""
 from __future__ import annotations
 
 import ctypes
+import re
 
 import pytest
 
@@ -295,3 +296,74 @@ def test_b200_flash_kernels_are_mma_sync_not_tcgen05():
         assert missing_instructions(result.disassembly, ["UTCHMMA", "UTCQMMA"], kernel=kernel) == \
             ["UTCHMMA", "UTCQMMA"]
     assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources
+
+
+# -- h200 variant (variants/attention/tma_pingpong): TMA producer, ping-pong consumers -----------
+# (its emulation runs are in tests/test_cuda_emulation.py, with every variants/attention folder)
+TMA_VARIANT = "tma_pingpong"
+
+
+def test_h200_tma_variant_recipe_sends_each_head_size_to_one_launch():
+    """D 64 and 128 take the TMA kernels, any other D the warp-per-row fallback, one launch each,
+    and the TMA kernels' maps bind for the shapes at the ends of the spec's range."""
+    from support.library import ROOT, bound
+    folder = ROOT / "variants" / "attention" / TMA_VARIANT
+    for d in range(8, 330, 8):
+        case = _case(B=1, Hkv=1, G=1, S=5, D=d)
+        names = [launch.kernel for launch in bound("attention", "h200", case, folder)[0]]
+        assert names == [{64: "attention_tma_d64_bf16", 128: "attention_tma_d128_bf16"}.get(
+            d, "attention_rows_bf16")], f"D={d}: {names}"
+    for fields in ({"B": 16, "Hkv": 8, "G": 4, "S": 1024, "D": 128}, {"B": 1, "Hkv": 8, "G": 4, "S": 16384, "D": 128},
+                   {"B": 2, "Hkv": 1, "G": 1, "S": 1, "D": 64}, {"B": 1, "Hkv": 1, "G": 8, "S": 16385, "D": 64}):
+        launches = bound("attention", "h200", _case(**fields), folder)[0]
+        maps = [a.value for a in launches[0].args if a.kind == "tensormap"]
+        assert [m.name for m in maps] == ["tma_q", "tma_k", "tma_v", "tma_o"]
+        heads = {"tma_q": fields["B"] * fields["Hkv"] * fields["G"], "tma_o": fields["B"] * fields["Hkv"] * fields["G"],
+                 "tma_k": fields["B"] * fields["Hkv"], "tma_v": fields["B"] * fields["Hkv"]}
+        for m in maps:   # [D, S, heads]: a box is clipped at S, never reading the next head's rows
+            assert m.dims == (fields["D"], fields["S"], heads[m.name]), m
+            assert m.box[0] * 2 == 128 and m.swizzle == "128B"
+
+
+def test_h200_tma_variant_loads_by_tma_and_runs_both_gemms_on_wgmma():
+    """What the variant is, stated by its machine code (NVRTC for sm_90a, cuobjdump): in both fast
+    kernels the copies are TMA tensor loads (UTMALDG.3D) and stores (UTMASTG.3D, after STSM), not
+    cp.async; S is HGMMA.64x128x16 from two descriptors, O += P V HGMMA.64x64x16 with P in
+    registers and V transposed (tnspB); the warpgroups reallocate registers (USETMAXREG down for
+    the producer, up for the consumers) and wait on mbarriers; nothing spills; the fallback has no
+    HGMMA."""
+    from regen.sass import missing_instructions
+    from regen.toolchains.nvrtc import Toolchain
+    from support.library import ROOT, target
+    toolchain = Toolchain(disassemble=True)
+    if toolchain.problem():
+        pytest.skip(toolchain.problem())
+    source = (ROOT / "variants" / "attention" / TMA_VARIANT / "kernel.cu").read_text()
+    result = toolchain.compile(source, target("h200"))
+    assert result.ok, result.log
+    if result.disassembly is None:
+        pytest.skip("the disassembly check needs cuobjdump and nvdisasm (the "
+                    "nvidia-cuda-cuobjdump and -nvdisasm wheels scripts/setup.sh installs)")
+    assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources
+    # setmaxnreg moves registers within the block's allocation: 128 x (168 - 24) given back by
+    # the producer are exactly the 256 x (240 - 168) the consumers ask for; at another launch
+    # count the consumers' setmaxnreg.inc would wait for registers that never come
+    for kernel in ("attention_tma_d64_bf16", "attention_tma_d128_bf16"):
+        assert result.resources[kernel]["registers"] == 168, result.resources[kernel]
+    required = ["UTMALDG.3D", "UTMASTG.3D", "STSM.16.M88.4", "HGMMA.64x128x16.F32.BF16",
+                "HGMMA.64x64x16.F32.BF16", "USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC",
+                "SYNCS.PHASECHK", "WARPGROUP.DEPBAR"]
+    functions = {}
+    name = None
+    for line in result.disassembly.splitlines():
+        if "Function :" in line:
+            name = line.split(":", 1)[1].strip()
+        elif name and "HGMMA.64x64x16" in line:
+            functions.setdefault(name, []).append(line)
+    for kernel in ("attention_tma_d64_bf16", "attention_tma_d128_bf16"):
+        assert missing_instructions(result.disassembly, required, kernel=kernel) == [], kernel
+        assert missing_instructions(result.disassembly, ["LDGSTS"], kernel=kernel) == ["LDGSTS"]
+        pv = functions[kernel]
+        assert pv and all(".tnspB" in line and re.search(r"HGMMA\.64x64x16\.F32\.BF16 R\d+, R\d+, gdesc", line)
+                          for line in pv), pv
+    assert missing_instructions(result.disassembly, ["HGMMA"], kernel="attention_rows_bf16") == ["HGMMA"]

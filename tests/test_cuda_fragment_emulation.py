@@ -1,11 +1,12 @@
 """The CUDA emulation's models of the warp-collective fragment instructions (tests/support/
 cuda_emulation.h): mma.sync.m16n8k16 (bf16 and f16, float32 accumulators) and ldmatrix.m8n8
 (x1, x2, x4, with and without .trans), and on sm_90a the e4m3 wgmma.m64n64k32 (operands through
-no-swizzle K-major descriptors, the float32 accumulator fragment) and stmatrix.m8n8 (x1, x2,
-x4), against the fragment layouts of the PTX ISA transcribed here, lane by lane and register by
-register. Kernels that reach the models from the `#else`
-branch of their inline PTX (fused_linear_cross_entropy@h200, attention@b200) are only as right
-as these layouts. The same test source is compiled for sm_90a and sm_100a by NVRTC, so the PTX
+no-swizzle K-major descriptors, the float32 accumulator fragment), the bf16 wgmma.m64n64k16 with
+A from registers (B N-major through the 128-byte swizzle) and stmatrix.m8n8 (x1, x2, x4), against
+the fragment layouts of the PTX ISA transcribed here, lane by lane and register by register.
+Kernels that reach the models from the `#else` branch of their inline PTX
+(fused_linear_cross_entropy@h200, attention@b200, variants/attention/tma_pingpong) are only as
+right as these layouts. The same test source is compiled for sm_90a and sm_100a by NVRTC, so the PTX
 the device branch issues is accepted and becomes HMMA and LDSM."""
 
 from __future__ import annotations
