@@ -298,16 +298,17 @@ def test_b200_flash_kernels_are_mma_sync_not_tcgen05():
     assert all(r["spill_bytes"] == 0 for r in result.resources.values()), result.resources
 
 
-# -- h200 variant (variants/attention/tma_pingpong): TMA producer, ping-pong consumers -----------
-# (its emulation runs are in tests/test_cuda_emulation.py, with every variants/attention folder)
-TMA_VARIANT = "tma_pingpong"
+# -- h200 variants (variants/attention/tma_*): TMA producer, consumers with and without ping-pong --
+# (their emulation runs are in tests/test_cuda_emulation.py, with every variants/attention folder)
+TMA_VARIANTS = ["tma_pingpong", "tma_overlap"]
 
 
-def test_h200_tma_variant_recipe_sends_each_head_size_to_one_launch():
+@pytest.mark.parametrize("variant", TMA_VARIANTS)
+def test_h200_tma_variant_recipe_sends_each_head_size_to_one_launch(variant):
     """D 64 and 128 take the TMA kernels, any other D the warp-per-row fallback, one launch each,
     and the TMA kernels' maps bind for the shapes at the ends of the spec's range."""
     from support.library import ROOT, bound
-    folder = ROOT / "variants" / "attention" / TMA_VARIANT
+    folder = ROOT / "variants" / "attention" / variant
     for d in range(8, 330, 8):
         case = _case(B=1, Hkv=1, G=1, S=5, D=d)
         names = [launch.kernel for launch in bound("attention", "h200", case, folder)[0]]
@@ -325,7 +326,8 @@ def test_h200_tma_variant_recipe_sends_each_head_size_to_one_launch():
             assert m.box[0] * 2 == 128 and m.swizzle == "128B"
 
 
-def test_h200_tma_variant_loads_by_tma_and_runs_both_gemms_on_wgmma():
+@pytest.mark.parametrize("variant", TMA_VARIANTS)
+def test_h200_tma_variant_loads_by_tma_and_runs_both_gemms_on_wgmma(variant):
     """What the variant is, stated by its machine code (NVRTC for sm_90a, cuobjdump): in both fast
     kernels the copies are TMA tensor loads (UTMALDG.3D) and stores (UTMASTG.3D, after STSM), not
     cp.async; S is HGMMA.64x128x16 from two descriptors, O += P V HGMMA.64x64x16 with P in
@@ -338,7 +340,7 @@ def test_h200_tma_variant_loads_by_tma_and_runs_both_gemms_on_wgmma():
     toolchain = Toolchain(disassemble=True)
     if toolchain.problem():
         pytest.skip(toolchain.problem())
-    source = (ROOT / "variants" / "attention" / TMA_VARIANT / "kernel.cu").read_text()
+    source = (ROOT / "variants" / "attention" / variant / "kernel.cu").read_text()
     result = toolchain.compile(source, target("h200"))
     assert result.ok, result.log
     if result.disassembly is None:

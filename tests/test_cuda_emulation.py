@@ -754,7 +754,7 @@ def test_attention_tma_variant_ping_pong_needs_its_first_hand_over(tmp_path):
     a deadlock (the GPU would hang)."""
     cuda_emulation.skip_unless_available()
     bad = _variant(tmp_path / "bad", "attention", base=ATTENTION_TMA,
-                   source_edit={"  if (cw == 1) named_arrive(1, 256);\n": ""})
+                   source_edit={"  if (kPingPong && cw == 1) named_arrive(1, 256);\n": ""})
     script = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
               f"from pathlib import Path; import test_cuda_emulation as t; "
               f"t._run_attention(Path({str(bad)!r}), {{'B': 1, 'Hkv': 1, 'G': 1, 'S': 64, 'D': 64}}); "

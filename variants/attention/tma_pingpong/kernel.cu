@@ -53,6 +53,12 @@ constexpr int kBN = 128;   // keys per tile
 constexpr int kThreads = 384;
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
+// ping-pong between the consumer warpgroups (variants/attention/tma_overlap is this source with 0:
+// the intra-warpgroup overlap alone, for timing the two side by side)
+#ifndef ATTN_PINGPONG
+#define ATTN_PINGPONG 1
+#endif
+constexpr bool kPingPong = ATTN_PINGPONG != 0;
 constexpr unsigned kSlice = 128 * 128;   // bytes of one 64-wide d slice of a 128-row tile
 
 typedef unsigned u32;
@@ -480,7 +486,7 @@ __device__ __forceinline__ void attention_tma(const CUtensorMap* map_q, const CU
   // ping-pong: a warpgroup issues its GEMMs after bar.sync on its own barrier (1 + cw) and lets
   // the other one go with bar.arrive on the other's; warpgroup 1 goes first
   const u32 my_turn = 1 + u32(cw), their_turn = 2 - u32(cw);
-  if (cw == 1) named_arrive(1, 256);
+  if (kPingPong && cw == 1) named_arrive(1, 256);
   u32 it = 0, n = 0;
   for (int index = int(blockIdx.x); index < n_work; index += int(gridDim.x), ++n) {
     const Tile w = tile_of(index, BH, Hq, Hkv, G, n_q, causal);
@@ -498,11 +504,11 @@ __device__ __forceinline__ void attention_tma(const CUtensorMap* map_q, const CU
     {  // S(0)
       const u32 s = it % kStages;
       mbar_wait(k_full + 8 * s, (it / kStages) & 1u);
-      named_sync(my_turn, 256);
+      if (kPingPong) named_sync(my_turn, 256);
       wgmma_fence();
       issue_qk<D>(sc, q_addr, sk + s * kTile);
       wgmma_commit();
-      named_arrive(their_turn, 256);
+      if (kPingPong) named_arrive(their_turn, 256);
       wgmma_wait<0>();
       fence_operands(sc);
       mbar_arrive(k_empty + 8 * s);
@@ -517,7 +523,7 @@ __device__ __forceinline__ void attention_tma(const CUtensorMap* map_q, const CU
     for (int j = 1; j < w.n_kv; ++j) {
       const u32 cur = it + u32(j), prev = cur - 1, sc_stage = cur % kStages, pv_stage = prev % kStages;
       mbar_wait(k_full + 8 * sc_stage, (cur / kStages) & 1u);
-      named_sync(my_turn, 256);
+      if (kPingPong) named_sync(my_turn, 256);
       wgmma_fence();
       issue_qk<D>(sc, q_addr, sk + sc_stage * kTile);
       wgmma_commit();
@@ -526,7 +532,7 @@ __device__ __forceinline__ void attention_tma(const CUtensorMap* map_q, const CU
       wgmma_fence();
       issue_pv<D>(o, p, sv + pv_stage * kTile);
       wgmma_commit();
-      named_arrive(their_turn, 256);
+      if (kPingPong) named_arrive(their_turn, 256);
       wgmma_wait<1>();  // S(j) is in
       fence_operands(sc);
       mbar_arrive(k_empty + 8 * sc_stage);
@@ -545,11 +551,11 @@ __device__ __forceinline__ void attention_tma(const CUtensorMap* map_q, const CU
       const u32 last = it + u32(w.n_kv) - 1, stage = last % kStages;
       rescale<D>(o, alpha);
       mbar_wait(v_full + 8 * stage, (last / kStages) & 1u);
-      named_sync(my_turn, 256);
+      if (kPingPong) named_sync(my_turn, 256);
       wgmma_fence();
       issue_pv<D>(o, p, sv + stage * kTile);
       wgmma_commit();
-      named_arrive(their_turn, 256);
+      if (kPingPong) named_arrive(their_turn, 256);
       wgmma_wait<0>();
 #pragma unroll
       for (int db = 0; db < D / 64; ++db) fence_operands(o[db]);
@@ -592,7 +598,7 @@ __device__ __forceinline__ void attention_tma(const CUtensorMap* map_q, const CU
       bulk_commit();
     }
   }
-  if (cw == 0) named_sync(1, 256);  // warpgroup 2's last hand-over: both barriers end balanced
+  if (kPingPong && cw == 0) named_sync(1, 256);  // warpgroup 2's last hand-over: both barriers end balanced
   if (t == 0) bulk_wait_all();
 }
 
