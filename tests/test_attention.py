@@ -1,6 +1,6 @@
 """attention (specs/attention.yaml): the float64 oracle against torch, its invariant checks, the
 causal compute floor, and the committed h200 source under the CUDA emulation on the shapes at its
-tile boundaries (the wgmma, cp.async and mbarrier primitives run their host-pass meaning there),
+tile boundaries (the TMA, wgmma and mbarrier primitives run their host-pass meaning there),
 including proof that the emulated wgmma really reads through the 128-byte swizzle; the committed
 cdna (mi350/mi300x) source under the HIP emulation's MFMA model at its own tile boundaries, its
 head-size dispatch, and its machine code for gfx942 and gfx950; the b200 (mma.sync) source under the
@@ -14,8 +14,9 @@ import re
 import pytest
 
 from regen.spec import Case
+from regen.store import Store
 from support import cuda_emulation
-from support.library import assert_matches, committed, excess, oracle, oracle_case, spec
+from support.library import ROOT, assert_matches, committed, excess, oracle, oracle_case, spec
 
 
 def _case(**fields) -> Case:
@@ -135,26 +136,29 @@ def test_h200_source_matches_oracle_at_tile_boundaries_under_emulation(emulated,
     outputs, changed, ran = cuda_emulation.run(emulated, "attention", case, x)
     assert not changed
     want = 64 if fields["D"] == 64 else 128 if fields["D"] == 128 else None
-    assert ran == [f"attention_fa3_d{want}_bf16" if want else "attention_rows_bf16"]
+    assert ran == [f"attention_tma_d{want}_bf16" if want else "attention_rows_bf16"]
     assert_matches(outputs, oracle("attention").reference(pristine, view),
                    spec("attention").case_tolerance(case), f"{ran}: ")
 
 
 def test_emulated_wgmma_reads_through_the_swizzle(tmp_path):
-    """The emulation is a real check of the shared-memory layout: the same source with its tiles
-    placed unswizzled computes wrong outputs, because the emulated wgmma reads each operand
-    through the descriptor's 128-byte swizzle as the tensor cores do."""
+    """The emulation is a real check of the shared-memory layout: the committed source with its
+    tensor maps declared unswizzled (so TMA places the tiles plainly) computes wrong outputs,
+    because the emulated wgmma reads each operand through the descriptor's 128-byte swizzle as the
+    tensor cores do."""
     cuda_emulation.skip_unless_available()
     source, _ = committed("attention", "h200")
-    placed = "return row * 128u + ((chunk ^ (row & 7u)) << 4);"
-    assert placed in source
-    plain = source.replace(placed, "return row * 128u + (chunk << 4);")
-    lib = ctypes.CDLL(str(cuda_emulation.build(plain, tmp_path / "plain")))
+    recipe = Store(ROOT / "cache").current("attention", "h200").recipe()
+    assert recipe.count("swizzle: 128B") == 4
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "kernel.cu").write_text(source)
+    (tmp_path / "plain" / "launch.yaml").write_text(recipe.replace("swizzle: 128B", "swizzle: none"))
+    lib = ctypes.CDLL(str(cuda_emulation.build(source, tmp_path / "build")))
     case = _case(B=1, Hkv=1, G=1, S=64, D=64)
     view, x = _inputs(case)
     pristine = {n: t.clone() for n, t in x.items()}
-    outputs, _, ran = cuda_emulation.run(lib, "attention", case, x)
-    assert ran == ["attention_fa3_d64_bf16"]
+    outputs, _, ran = cuda_emulation.run(lib, "attention", case, x, folder=tmp_path / "plain")
+    assert ran == ["attention_tma_d64_bf16"]
     assert excess(outputs["out"], oracle("attention").reference(pristine, view)["out"],
                   spec("attention").case_tolerance(case)) > 1
 

@@ -24,7 +24,7 @@ EMULATED = ROW_KERNELS + ["rope", "gemv", "residual_add", "embedding", "decode_a
                           "fused_linear_cross_entropy",  # mma.sync through the header's fragment model
                           "gemm_bf16", "gemm_bf16_nn",  # TMA + wgmma kernels through the header's models
                           "gemm_fp8", "mx_gemm",  # their plain paths: cp.async and the MMA replaced (kernel.cu says how)
-                          "attention",  # wgmma, cp.async and mbarriers through their host-pass meaning
+                          "attention",  # TMA, wgmma and mbarriers through the header's models
                           # technique unit tests whose inline PTX has a plain fallback
                           "tx_vector_copy", "tx_cp_async_pipeline", "tx_wgmma_tile",
                           # TMA tensor copies, mbarriers, wgmma and stmatrix through the header's models
