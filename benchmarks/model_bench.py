@@ -4,8 +4,8 @@ compiled), and Liger-Kernel's kernels in the same places when liger_kernel is im
     python benchmarks/model_bench.py [--layers 16] [--batch 8] [--seq 2048] [--device cuda]
                                      [--dtype bfloat16] [--tiny] [--iters 10]
 
-Forward only: regen has no backward specs yet, so there is no training-step comparison (a
-patched model's ops raise if autograd reaches them). Each row: median forward time over --iters
+Forward only; examples/train_step.py times training steps (forward and backward through the
+backward specs) against plain PyTorch. Each row: median forward time over --iters
 timed runs after warm-up, tokens per second, and the logits' largest difference from eager
 relative to the largest eager logit. Rows print as they finish.
 """
@@ -86,7 +86,7 @@ def run(layers=16, batch=8, seq=2048, device="cuda", dtype="bfloat16", tiny=Fals
                         generator=torch.Generator(device=device).manual_seed(0))
     timed = _timer(device)
     out(f"model: {cfg.layers} layers, hidden {cfg.hidden}, vocab {cfg.vocab}; prefill "
-        f"{batch} x {seq} tokens, {dtype} on {device}; forward only (no backward specs yet)")
+        f"{batch} x {seq} tokens, {dtype} on {device}; forward only (training steps: examples/train_step.py)")
     out(f"{'variant':16} {'median ms':>10} {'tokens/s':>12} {'vs eager':>9} {'max |dlogit|/max|logit|':>24}  note")
     reference, eager_s, rows = None, None, []
     for variant in variants:
