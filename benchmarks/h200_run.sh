@@ -2,7 +2,8 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K pick:K ncu:K[:REGEX] cross:K@T
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K smallvariants:K pick:K
+#          ncu:K[:REGEX] cross:K@T
 #          profile:K[:CASE] decode decode:L,.. ops overhead backward small small:K,..
 #          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
@@ -28,6 +29,16 @@ capped() {
   [ "$cap" -gt "$left" ] && cap=$left
   echo "[$(( SECONDS - T_START )) s] $*" | tee -a "$OUT/verify.log"
   timeout -k 5 "$cap" "$@"
+}
+# small_cases KERNEL: sets cases=(--case ... --case ...), the decode and small sizes the `small` and
+# `smallvariants:K` steps time
+small_cases() {
+  cases=()
+  case $1 in
+    rope) for bs in 1,1 8,1 1,64 1,512; do cases+=(--case "B=${bs%,*},S=${bs#*,},H=32,D=128,dtype=bfloat16"); done ;;
+    cross_entropy) for n in 1 8 64; do cases+=(--case "N=$n,V=128256,dtype=bfloat16"); done ;;
+    *) for n in 4096 8192; do for m in 1 8 64 512; do cases+=(--case "M=$m,N=$n,dtype=bfloat16"); done; done ;;
+  esac
 }
 for step in $steps; do
   case $step in
@@ -61,18 +72,17 @@ for step in $steps; do
     small|small:*)  # decode and small sizes (launch- and tail-bound): regen bench --case, peers beside
       kernels=rmsnorm,softmax,layernorm,swiglu,rope,cross_entropy; [ "$step" != small ] && kernels=${step#small:}
       for k in ${kernels//,/ }; do
-        cases=()
-        case $k in
-          rope) for bs in 1,1 8,1 1,64 1,512; do cases+=(--case "B=${bs%,*},S=${bs#*,},H=32,D=128,dtype=bfloat16"); done ;;
-          cross_entropy) for n in 1 8 64; do cases+=(--case "N=$n,V=128256,dtype=bfloat16"); done ;;
-          *) for n in 4096 8192; do for m in 1 8 64 512; do cases+=(--case "M=$m,N=$n,dtype=bfloat16"); done; done ;;
-        esac
+        small_cases "$k"
         capped python3 -m regen.cli bench "$k" --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" "${cases[@]}" \
           --export "$OUT/small-$k.json" 2>&1 | tee -a "$OUT/small.log"
       done ;;
     variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
       k=${step#variants:}
       python3 benchmarks/variants.py "$k" --target "$TARGET" committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
+    smallvariants:*)  # smallvariants:KERNEL times them on the `small` step's cases
+      k=${step#smallvariants:}; small_cases "$k"
+      python3 benchmarks/variants.py "$k" --target "$TARGET" "${cases[@]}" committed variants/"$k"/* 2>&1 \
+        | tee -a "$OUT/smallvariants.log" ;;
     pick:*)  # pick:KERNEL accepts the fastest of variants/KERNEL/* as handoffs/KERNEL@h200
       k=${step#pick:}
       python3 -m regen.cli handoff "$k" --target "$TARGET" >/dev/null &&

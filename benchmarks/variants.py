@@ -7,6 +7,10 @@ checks the outputs of the benchmark cases and times them (L2 flushed, launch ove
 the device timer). No baselines are timed, so a comparison of five variants takes seconds.
 
     python benchmarks/variants.py rmsnorm --target h200 committed /tmp/v1 /tmp/v2
+    python benchmarks/variants.py rmsnorm -t h200 --case M=1,N=4096,dtype=bfloat16 committed /tmp/v1
+
+--case (repeatable, the syntax of `regen bench --case`) times those cases instead of the spec's
+benchmark cases (latency-bound territory: no floor expectation unless the case says floor=true).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ def main() -> int:
                     help="a candidate folder, or `committed` for the implementation in cache/")
     ap.add_argument("--target", "-t", required=True)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--case", action="append", default=[], metavar="NAME=V,..",
+                    help="time this case instead of the spec's benchmark cases, e.g. "
+                         "M=1,N=4096,dtype=bfloat16 (repeatable; as `regen bench --case`)")
     ap.add_argument("--pick-into", type=Path, metavar="DIR",
                     help="copy the source and launch.yaml of the fastest passing candidate (by its "
                          "slowest benchmark case, as a fraction of the floor) into DIR")
@@ -53,7 +60,16 @@ def main() -> int:
     spec, target = project.spec(args.kernel), project.target(args.target)
     settings = Settings(seeds=1, bench=True, iters=args.iters, baselines=(), timeout_s=300)
     ctx = Context(project, Store(project.cache_dir), settings=settings)
-    cases = spec.bench_cases(target)
+    if args.case:
+        from regen.commands.bench import parse_case
+        from regen.errors import InputError
+        try:
+            cases = [parse_case(spec, text) for text in args.case]
+        except InputError as exc:
+            print(f"error: {exc}")
+            return 2
+    else:
+        cases = spec.bench_cases(target)
     if not cases:
         print(f"specs/{args.kernel}.yaml has no bench case for {args.target}: nothing to time")
         return 2

@@ -121,7 +121,16 @@ VARIANT_EDGES = {"gemv": [
         {"B": 1, "Hkv": 2, "G": 8, "S": 129, "D": 128, "params": {"causal": False}, "dist": "large"},
         {"B": 1, "Hkv": 1, "G": 4, "S": 50, "D": 16, "params": {"causal": False, "scale": 0.25}},
         {"B": 1, "Hkv": 1, "G": 2, "S": 33, "D": 200, "params": {"causal": False}},
-        {"B": 2, "Hkv": 1, "G": 1, "S": 21, "D": 320}]}
+        {"B": 2, "Hkv": 1, "G": 1, "S": 21, "D": 320}],
+    # the norms' wprefetch variants (variants/{rmsnorm,layernorm}/wprefetch): 16-byte rows take the
+    # weight-prefetching kernels up to the M whose grid is one resident wave at 1024 threads per SM
+    # (the spec's cases, all below it, run those); one past it, every register-row size runs the
+    # committed kernels (529 blocks of 8 rows, then 2113 / 1057 / 529 / 265 / 133 rows); and one
+    # case at the threshold itself, on the prefetching side
+    # (bfloat16, the spec's first dtype, as for every shape here)
+    **{k: [{"M": 4225, "N": 8}, {"M": 2113, "N": 264}, {"M": 1057, "N": 1032}, {"M": 529, "N": 2056},
+           {"M": 265, "N": 4104}, {"M": 133, "N": 8200}, {"M": 528, "N": 2056}]
+       for k in ("rmsnorm", "layernorm")}}
 
 
 def _variant_cases(kernel):
@@ -178,15 +187,19 @@ def test_variant_cuda_matches_oracle_under_emulation(emulated_variant, kernel, f
 
 
 @pytest.mark.parametrize("kernel,folder", [
-    pytest.param(k, f, id=f"{k}-{f.name}") for k in ("gemv", "attention")
+    pytest.param(k, f, id=f"{k}-{f.name}") for k in ("gemv", "attention", "rmsnorm", "layernorm")
     for f in sorted(p.parent for p in (ROOT / "variants" / k).glob("*/launch.yaml"))])
 def test_variant_edges_reach_every_launch(kernel, folder):
-    """Every launch of a gemv or attention variant's recipe is chosen for some case the emulation
-    runs."""
+    """Every launch of a gemv, attention or norm variant's recipe is chosen for some case the
+    emulation runs (for the norms' wprefetch: both sides of the small-M dispatch)."""
     from support.library import bound
     recipe = committed(kernel, "h200", folder)[1]
     ran = {launch.kernel for case in _variant_cases(kernel)
            for launch in bound(kernel, "h200", case, folder)[0]}
+    if kernel in ("rmsnorm", "layernorm"):  # their cases rotate dtypes: any dtype of a launch counts
+        ran = {name.rsplit("_", 1)[0] + "_{dtype}" for name in ran}
+        assert {launch.kernel for launch in recipe.all_launches()} <= ran
+        return
     assert {launch.kernel.replace("{dtype}", "bf16") for launch in recipe.all_launches()} <= ran
 
 
@@ -552,6 +565,84 @@ def test_emulation_reports_a_persistent_kernel_waiting_on_work_that_never_comes(
                           env=env, timeout=300)
     assert proc.returncode == -signal.SIGABRT and "emu: deadlock" in proc.stderr, \
         f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-2000:]}"
+
+
+# -- variants/{rmsnorm,layernorm}/wprefetch: the weight (and bias) loaded with x at small M --------
+NORM_WPF = {k: ROOT / "variants" / k / "wprefetch" for k in ("rmsnorm", "layernorm")}
+SMS_H200 = 132
+# register-row size -> (block threads, rows per block, an N of that size with 16-byte rows)
+NORM_WPF_ROWS = {"r256": (256, 8, 248), "r1024": (64, 1, 1000), "r2048": (128, 1, 2048),
+                 "r4096": (256, 1, 4096), "r8192": (512, 1, 8192), "r16384": (1024, 1, 16384)}
+
+
+@pytest.mark.parametrize("kernel", sorted(NORM_WPF))
+def test_norm_wprefetch_is_the_committed_kernel_plus_small_m_launches(kernel):
+    """The variant adds to the committed source and recipe and changes nothing else: every line of
+    the committed kernel.cu is there in order, and every committed launch is there with its grid,
+    block and arguments (a 16-byte row launch with `and M > ...` added to its guard); the added
+    launches are the *wpf kernels. The prefetching side of each register-row size ends where its
+    grid stops fitting 132 SMs at 1024 threads per SM: one more row binds the committed kernel."""
+    import difflib
+
+    from support.library import bound
+    from regen.spec import Case
+    source, recipe = committed(kernel, "h200")
+    mine_source, mine = committed(kernel, "h200", NORM_WPF[kernel])
+    ops = difflib.SequenceMatcher(None, source.splitlines(), mine_source.splitlines(),
+                                  autojunk=False).get_opcodes()
+    assert all(op in ("equal", "insert") for op, *_ in ops), [o for o in ops if o[0] not in ("equal", "insert")]
+    theirs = {launch.kernel: launch for launch in recipe.all_launches()}
+    ours = {launch.kernel: launch for launch in mine.all_launches()}
+    assert set(theirs) <= set(ours)
+    assert all("wpf_vec_" in name for name in set(ours) - set(theirs))
+    for name, launch in theirs.items():
+        got = ours[name]
+        assert (got.grid, got.block, got.args) == (launch.grid, launch.block, launch.args), name
+        assert got.when == launch.when or got.when.startswith(launch.when + " and "), name
+    for size, (threads, rpb, n) in NORM_WPF_ROWS.items():
+        last = SMS_H200 * (1024 // threads) * rpb     # rows in one resident wave
+        for dtype in ("bfloat16", "float16", "float32"):
+            names = [[launch.kernel for launch in
+                      bound(kernel, "h200", Case.model_validate({"M": m, "N": n, "dtype": dtype}),
+                            NORM_WPF[kernel])[0]] for m in (1, last, last + 1)]
+            suffix = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[dtype]
+            assert names == [[f"{kernel}_{size}wpf_vec_{suffix}"]] * 2 + [[f"{kernel}_{size}_vec_{suffix}"]], \
+                (size, dtype, names)
+
+
+
+@pytest.mark.parametrize("kernel", sorted(NORM_WPF))
+def test_norm_wprefetch_compiles_without_spills_at_1024_threads_per_sm(kernel):
+    """NVRTC for sm_90a: no warning, spill or stack in any kernel, and the *wpf kernels fit 64
+    registers, so 1024 threads per SM are resident whatever the row size: the grids the recipe
+    gives them (up to 132 x 1024 / threads blocks) run as one wave."""
+    from support.library import nvrtc_for_h200
+    toolchain, h200 = nvrtc_for_h200()
+    result = toolchain.compile((NORM_WPF[kernel] / "kernel.cu").read_text(), h200)
+    assert result.ok, result.log
+    assert "warning" not in result.log.lower(), result.log
+    for name, res in result.resources.items():
+        assert res["spill_bytes"] == 0 and res["stack_bytes"] == 0, f"{name}: {res}"
+    wpf = {name: res for name, res in result.resources.items() if "wpf_" in name}
+    assert len(wpf) == 3 * len(NORM_WPF_ROWS)
+    for name, res in wpf.items():
+        assert res["registers"] <= 64, f"{name}: {res}"
+
+
+@pytest.mark.parametrize("kernel", sorted(NORM_WPF))
+def test_emulation_catches_a_prefetched_weight_of_the_wrong_column(tmp_path, kernel):
+    """Planted in the prefetching path only: each thread's weight vector taken from the neighbouring
+    16-byte column group (in bounds for N = 4096). The case M 64 x N 4096 bf16, which binds
+    the r4096wpf kernel, must fail; the variant as committed passes it."""
+    cuda_emulation.skip_unless_available()
+    index = next(i for i, c in enumerate(spec(kernel).correctness_cases())
+                 if c.sizes == {"M": 64, "N": 4096} and c.dtype == "bfloat16")
+    honest = NORM_WPF[kernel]
+    _run_variant(_variant(tmp_path / "honest", kernel, base=honest), kernel, index)
+    bad = _variant(tmp_path / "bad", kernel, base=honest, source_edit={
+        "      wraw[c] = load_raw<T, PACK>(w + e0);\n": "      wraw[c] = load_raw<T, PACK>(w + (e0 ^ PACK));\n"})
+    with pytest.raises(pytest.fail.Exception, match="out of tolerance"):
+        _run_variant(bad, kernel, index)
 
 
 # -- Hopper's asynchronous units: the models must catch the mistakes they exist for ---------------

@@ -42,3 +42,30 @@ def test_variants_script_refuses_a_spec_with_nothing_to_time(tmp_path):
                           cwd=root, capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, REGEN_LOCAL_CACHE=str(root / ".local-cache")))
     assert proc.returncode == 2 and "no bench case for cpu" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_variants_script_times_the_cases_given_with_case_instead_of_the_bench_cases(tmp_path):
+    """--case (the syntax of `regen bench --case`, parsed by the same code) names the cases to time:
+    a spec with no benchmark case at all is timed on exactly the two shapes given, for the committed
+    entry and a candidate; a case naming no symbol of the spec is refused (exit 2)."""
+    root = make_project(tmp_path / "proj")
+    regen(root, "accept", str(write_handoff(root / "h", "scale", "cpu", SCALE_CPP, SCALE_RECIPE,
+                                            root)), check=True)
+    good = write_handoff(root / "good", "scale", "cpu", SCALE_CPP, SCALE_RECIPE, root)
+    env = dict(os.environ, REGEN_LOCAL_CACHE=str(root / ".local-cache"))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "scale", "--target", "cpu", "--iters", "2",
+                           "--case", "M=4,N=33", "--case", "M=1,N=7,dtype=float32",
+                           "committed", str(good)],
+                          cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    timed = [line for line in out.splitlines() if " us" in line]
+    for who in ("committed", str(good)):
+        mine = [line for line in timed if line.startswith(f"{who}: ")]
+        assert len(mine) == 2, out
+        assert any("M4xN33" in line for line in mine) and any("M1xN7" in line for line in mine), out
+    bad = subprocess.run([sys.executable, str(SCRIPT), "scale", "--target", "cpu",
+                          "--case", "Q=3", "committed"],
+                         cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode == 2 and "Q" in bad.stdout and " us" not in bad.stdout, \
+        bad.stdout + bad.stderr
