@@ -89,7 +89,7 @@ def test_committed_cuda_matches_oracle_under_emulation(emulated, kernel, kind, i
         assert o.check(pristine, outputs, view) == []
 
 
-# Shapes for the variant folders of kernels that edge_cases() gives none: gemv's variants
+# Shapes for the variant folders, beyond edge_cases(): gemv's variants
 # (variants/gemv/*) dispatch on B (1-2, up to 8, up to 16 per pass: the judge's hidden variants
 # take B = 8 to 16..32) and K (16-byte rows or not, whole and partial iterations of each warp's
 # K loop, grid-stride loops over rows and tiles); every launch of their recipes runs on at least one
