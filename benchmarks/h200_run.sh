@@ -5,6 +5,7 @@
 #   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K smallvariants:K pick:K
 #          ncu:K[:REGEX] cross:K@T
 #          profile:K[:CASE] decode decode:L,.. ops overhead backward small small:K,..
+#          peers (QuACK, carried over two calls: benchmarks/peer_wheels.sh)
 #          tests tests:FILE,.. fleet fleet:K,.. (the Ray fleet over this host's GPUs; needs the ray wheels in .whl/)
 # Run everything through this script: it installs the carried wheels into /tmp/site and sets
 # PYTHONPATH, which a bare `python3 -m pytest` on the device does not have.
@@ -112,6 +113,15 @@ for step in $steps; do
     overhead) capped python3 benchmarks/ops_overhead.py --device cuda 2>&1 | tee "$OUT/ops_overhead.log" ;;
     ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
     backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
+    peers)  # QuACK, call 2 of its carry (benchmarks/peer_wheels.sh says how call 1 left part 1): join the parts, check every wheel's digest, unzip all into /tmp/site (pip --target
+      # would let two wheels replace each other's shared top-level folder) and honour their .pth files
+      mkdir -p /tmp/peers && cp .peers/2/* /tmp/peers/ && (
+        cd /tmp/peers && for w in $(sed -n 's/.*  //p' SHA256SUMS); do
+          [ -f "$w" ] || cat "$w".part-* > "$w"; done && sha256sum -c --quiet SHA256SUMS ) &&
+      for w in /tmp/peers/*.whl; do python3 -m zipfile -e "$w" /tmp/site; done &&
+      echo 'import site; site.addsitedir("/tmp/site")' > /tmp/site/sitecustomize.py &&
+      python3 -c "import quack, cutlass; print('quack', getattr(quack, '__version__', '?'), 'cutlass-dsl ok')" 2>&1 \
+        | tee -a "$OUT/peers.log" ;;
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu-tests.log" ;;
     tests:*)  # tests:tests/test_runtime_cuda.py,tests/test_redteam.py runs those GPU tests only
       python3 -m pytest -m gpu -q -p no:cacheprovider $(echo "${step#tests:}" | tr , ' ') 2>&1 \
