@@ -408,16 +408,15 @@ class CudaLibrary:
                       for i, (k, v) in enumerate(args)]
             struct.pack_into("<" + "".join(_PACK[k] for k in kinds), slots, 0, *values)
             tensors = _pointer_slots(args, index)
-            prefix = [b for i, b, o in tensors if not o] if tensors and \
-                [i for i, _b, _o in tensors] == list(range(len(tensors))) else []
-            if prefix and prefix == list(range(len(index))) == sorted(set(index.values())) \
-                    and len(prefix) == len(tensors):
-                # the kernel takes every pointer of the call, in the call's order and none aliased:
-                # pack them as they come
-                fill = functools.partial(struct.Struct("<" + "Q" * len(prefix)).pack_into, slots, 0)
+            leading = bool(tensors) and not any(o for _i, _b, o in tensors) and \
+                [i for i, _b, _o in tensors] == list(range(len(tensors)))
+            if leading and [b for _i, b, _o in tensors] == list(range(len(index))) \
+                    == sorted(set(index.values())):
+                # the kernel takes every pointer of the call, in the call's order, none aliased:
+                # they are packed as they come (fill(*ptrs))
+                fill = functools.partial(struct.Struct("<" + "Q" * len(tensors)).pack_into, slots, 0)
                 fill.splat = True
-            elif tensors and [i for i, _b, _o in tensors] == list(range(len(tensors))) \
-                    and not any(o for _i, _b, o in tensors):
+            elif leading:
                 fill = _prefix_filler(struct.Struct("<" + "Q" * len(tensors)).pack_into, slots,
                                       operator.itemgetter(*[b for _i, b, _o in tensors]),
                                       len(tensors) == 1)
