@@ -426,8 +426,8 @@ class CudaLibrary:
                              (slots, params)))
         lock = threading.Lock()
         acquire, release = lock.acquire, lock.release
-        single = prepared[0] if len(prepared) == 1 else None  # the usual recipe: one launch
-        splat = single is not None and getattr(single[8], "splat", False)
+        # each launch with whether its fill takes the call's pointers unpacked (fill(*ptrs))
+        steps = tuple((entry, getattr(entry[8], "splat", False)) for entry in prepared)
         raw_stream = _raw_stream_getter()
         current_device = _current_device_getter()
         local = self._local
@@ -448,19 +448,8 @@ class CudaLibrary:
                 stream = streams[raw] = driver.CUstream(raw)
             acquire()  # the slots are shared by every call of this shape
             try:
-                if single is not None:
-                    fn, gx, gy, gz, bx, by, bz, shared, fill, params, kernel, _ = single
+                for (fn, gx, gy, gz, bx, by, bz, shared, fill, params, kernel, _), splat in steps:
                     if splat:
-                        fill(*ptrs)
-                    else:
-                        fill(ptrs)
-                    (err,) = launch_kernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
-                    if err != success:
-                        _check(err, f"launching kernel {kernel!r} grid={(gx, gy, gz)} "
-                                    f"block={(bx, by, bz)}")
-                    return
-                for fn, gx, gy, gz, bx, by, bz, shared, fill, params, kernel, _ in prepared:
-                    if getattr(fill, "splat", False):
                         fill(*ptrs)
                     else:
                         fill(ptrs)
