@@ -68,7 +68,7 @@ for step in $steps; do
       OUT="$OUT" python3 benchmarks/fleet_gpu.py $kernels ${FLEET_ARGS:-} 2>&1 | tee -a "$OUT/fleet.log" ;;
     bench|bench:*)  # bench:a,b limits the kernels (a composed one shows fused and unfused rows)
       kernels=""; [ "$step" != bench ] && kernels=${step#bench:} && kernels=${kernels//,/ }
-      python3 -m regen.cli bench $kernels --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" \
+      capped python3 -m regen.cli bench $kernels --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" \
         --export "$OUT/bench${kernels:+-${kernels// /-}}.json" 2>&1 | tee -a "$OUT/bench.log" ;;
     small|small:*)  # decode and small sizes (launch- and tail-bound): regen bench --case, peers beside
       kernels=rmsnorm,softmax,layernorm,swiglu,rope,cross_entropy; [ "$step" != small ] && kernels=${step#small:}
@@ -79,10 +79,10 @@ for step in $steps; do
       done ;;
     variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
       k=${step#variants:}
-      python3 benchmarks/variants.py "$k" --target "$TARGET" committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
+      capped python3 benchmarks/variants.py "$k" --target "$TARGET" committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
     smallvariants:*)  # smallvariants:KERNEL times them on the `small` step's cases
       k=${step#smallvariants:}; small_cases "$k"
-      python3 benchmarks/variants.py "$k" --target "$TARGET" "${cases[@]}" committed variants/"$k"/* 2>&1 \
+      capped python3 benchmarks/variants.py "$k" --target "$TARGET" "${cases[@]}" committed variants/"$k"/* 2>&1 \
         | tee -a "$OUT/smallvariants.log" ;;
     pick:*)  # pick:KERNEL accepts the fastest of variants/KERNEL/* as handoffs/KERNEL@h200
       k=${step#pick:}
@@ -111,8 +111,8 @@ for step in $steps; do
       vs=""; for v in variants/llama_decode_step/*/; do [ -f "$v/launch.yaml" ] && vs="$vs --variant $v"; done
       capped python3 benchmarks/decode_step.py --target "$TARGET" --cases "$cases" $vs 2>&1 | tee -a "$OUT/decode_step.log" ;;
     overhead) capped python3 benchmarks/ops_overhead.py --device cuda 2>&1 | tee "$OUT/ops_overhead.log" ;;
-    ops) python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
-    backward) python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
+    ops) capped python3 benchmarks/ops_device.py 2>&1 | tee "$OUT/ops_device.log" ;;  # regen.ops evidence, < 4 min
+    backward) capped python3 benchmarks/peers_backward.py 2>&1 | tee "$OUT/peers_backward.log" ;;  # vs Liger, FLCE memory, < 4 min
     peers)  # QuACK, call 2 of its carry (benchmarks/peer_wheels.sh says how call 1 left part 1): join the parts, check every wheel's digest, unzip all into /tmp/site (pip --target
       # would let two wheels replace each other's shared top-level folder) and honour their .pth files
       mkdir -p /tmp/peers && cp .peers/2/* /tmp/peers/ && (
