@@ -12,7 +12,10 @@
 # Carry .whl (pydantic, diskcache, the pinned CUDA header wheels, cuobjdump/nvdisasm).
 set -uo pipefail
 OUT=${OUT:-/tmp/regen-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# a call that carried other paths (QuACK's first part) on a warm machine finds the wheels installed
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+elif [ ! -d /tmp/site/pydantic ]; then echo "no .whl carried and none installed in /tmp/site"; exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 REGEN_LOCAL_CACHE=/tmp/regen-local
 steps=${*:-env ceilings verify tests}
 # the column this GPU belongs to (REGEN_TARGET overrides): an H100 verifies and times h100, which
