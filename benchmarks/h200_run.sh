@@ -104,10 +104,12 @@ for step in $steps; do
       spec=${step#cross:}
       capped python3 benchmarks/cross_arch.py "${spec%@*}" --from "${spec#*@}" --target "$TARGET" \
         --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" 2>&1 | tee -a "$OUT/cross.log" ;;
-    profile:*)  # profile:KERNEL[:CASE] records the instrumented build's timeline (JSON; PNG where matplotlib is)
+    profile:*)  # profile:KERNEL[:CASE] records the instrumented build's timeline (JSON; PNG where matplotlib is);
+      # PROFILE_ARGS="--entry ID" or "--variant DIR" picks another artifact, PROFILE_TAG names its files
       spec=${step#profile:}; k=${spec%%:*}; c=${spec#*:}; [ "$c" = "$spec" ] && c=""
-      png=""; python3 -c "import matplotlib" 2>/dev/null && png="--timeline $OUT/timeline-$k.png"
-      capped python3 -m regen.cli profile "$k" --target "$TARGET" ${c:+--case "$c"} --json "$OUT/timeline-$k.json" $png \
+      f="timeline-$k${PROFILE_TAG:+-$PROFILE_TAG}"
+      png=""; python3 -c "import matplotlib" 2>/dev/null && png="--timeline $OUT/$f.png"
+      capped python3 -m regen.cli profile "$k" --target "$TARGET" ${c:+--case "$c"} ${PROFILE_ARGS:-} --json "$OUT/$f.json" $png \
         2>&1 | tee -a "$OUT/profile.log" ;;
     decode|decode:*)  # decode:1024 limits the cases: the Llama-3.2-1B step, fused (and its variants) / unfused (graph) / torch
       cases=1024,4096; [ "$step" != decode ] && cases=${step#decode:}

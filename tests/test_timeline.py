@@ -235,6 +235,38 @@ def test_profile_runs_the_instrumented_build_in_the_judge_and_writes_json_and_ch
         assert proc.returncode == 0 and again.is_file(), proc.stderr
 
 
+def test_profile_runs_a_named_entry_or_a_candidate_folder_instead_of_the_current_one(
+        timed_project, tmp_path):
+    """--variant DIR profiles a candidate not in the cache (here: every row recorded as odd),
+    --entry ID any entry of the kernel; the JSON says which artifact it was."""
+    folder = tmp_path / "cand"
+    folder.mkdir()
+    (folder / "kernel.cpp").write_text(TIMED_CPP.replace("r[2] = m % 2;", "r[2] = 1;"))
+    (folder / "launch.yaml").write_text(TIMED_RECIPE)
+    out = tmp_path / "v.json"
+    proc = regen(timed_project, "profile", "scale", "-t", "cpu", "--variant", str(folder),
+                 "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["variant"] == str(folder) and "entry" not in data
+    assert data["summary"]["ops"]["odd_row"]["count"] == 40 and data["outputs"]["ok"] is True
+
+    current = json.loads((timed_project / "cache" / "scale" / "cpu" / "current.json").read_text())
+    proc = regen(timed_project, "profile", "scale", "-t", "cpu", "--entry", current["entry"],
+                 "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(out.read_text())["entry"] == current["entry"]
+
+    proc = regen(timed_project, "profile", "scale", "-t", "cpu", "--entry", "0123456789abcdef",
+                 "--json", str(out))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "no such cache entry of scale" in proc.stderr and current["entry"] in proc.stderr
+    (folder / "launch.yaml").unlink()
+    proc = regen(timed_project, "profile", "scale", "-t", "cpu", "--variant", str(folder),
+                 "--json", str(out))
+    assert proc.returncode == 2 and "no launch.yaml there" in proc.stderr, proc.stderr
+
+
 def test_profile_refuses_a_kernel_without_a_timeline_and_a_missing_case(tmp_path):
     from conftest import SCALE_CPP, SCALE_RECIPE
 

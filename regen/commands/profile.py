@@ -27,6 +27,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
                         help="seconds for the child process (default: 600.0)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--entry", metavar="ID",
+                       help="profile this cache entry of the kernel (e.g. one pending "
+                            "verification on this hardware) instead of the column's current one")
+    which.add_argument("--variant", metavar="DIR",
+                       help="profile the candidate in DIR (the source and launch.yaml, as "
+                            "`regen handoff` writes them) instead of the column's current entry")
     parser.add_argument("--render", metavar="FILE.json",
                         help="draw a timeline written earlier with --json (no hardware needed)")
 
@@ -69,6 +76,34 @@ def _title(meta: dict) -> str:
     return f"{meta.get('kernel')}@{meta.get('target')} {meta.get('case')} on {meta.get('device')}"
 
 
+def _pick_artifact(args, store, spec, target, source_name: str):
+    """(source, recipe text, what the JSON says it is, how messages name it) of the artifact to
+    profile: the column's current entry, another entry of the kernel (--entry), or a candidate
+    folder (--variant); an exit code when there is none."""
+    from pathlib import Path
+
+    if args.variant:
+        folder = Path(args.variant)
+        source, recipe = folder / source_name, folder / "launch.yaml"
+        for f in (source, recipe):
+            if not f.is_file():
+                return _fail(f"--variant {folder}: no {f.name} there (a folder as `regen "
+                             f"handoff` writes it: {source_name} and launch.yaml)")
+        return source.read_text(), recipe.read_text(), {"variant": str(folder)}, f"{folder}"
+    if args.entry:
+        entry = store.entry(spec.name, args.entry)
+        if entry is None:
+            known = ", ".join(e.id for e in store.entries(spec.name)) or "none"
+            return _fail(f"--entry {args.entry}: no such cache entry of {spec.name} "
+                         f"(entries: {known})")
+    else:
+        entry = store.current(spec.name, target.name)
+        if entry is None:
+            return _fail(f"{spec.name}@{target.name} has no artifact in cache/ (regen build "
+                         "first)", 1)
+    return entry.source(), entry.recipe(), {"entry": entry.id}, f"cache entry {entry.id}"
+
+
 def _pick_case(spec, target, name: str | None):
     cases = spec.cases_for(target)
     dtype0 = spec.signature.dtypes[0]
@@ -93,13 +128,13 @@ def _profile(args, tl) -> int:
     project = _common.project(args)
     store = _common.store(project)
     spec, target = project.spec(args.kernel), project.target(args.target)
-    entry = store.current(spec.name, target.name)
-    if entry is None:
-        return _fail(f"{spec.name}@{target.name} has no artifact in cache/ (regen build first)", 1)
-    recipe_text = entry.recipe()
-    recipe = parse_recipe(recipe_text, f"cache entry {entry.id} launch.yaml")
+    picked = _pick_artifact(args, store, spec, target, LANGUAGES[target.language].source_name)
+    if isinstance(picked, int):
+        return picked
+    source, recipe_text, origin, where = picked
+    recipe = parse_recipe(recipe_text, f"{where} launch.yaml")
     if recipe.timeline is None:
-        return _fail(f"cache entry {entry.id} ({spec.name}@{target.name}) launch.yaml: no "
+        return _fail(f"{where} ({spec.name}@{target.name}) launch.yaml: no "
                      "`timeline:`; the kernel declares no timeline buffer (the instrumentation "
                      "contract: docs/formats.md)")
     here = hardware.local(target)
@@ -118,7 +153,7 @@ def _profile(args, tl) -> int:
     dtype0 = spec.signature.dtypes[0]
     if not LANGUAGES[target.language].on_device:   # the host: a case of the size the judge checks
         case = same_regime(spec, recipe_text, case, HOST_BENCH_BYTES * 8, "profile")
-    compiled = compile_source(tl.instrumented(entry.source()), target)
+    compiled = compile_source(tl.instrumented(source), target)
     if not compiled.result.ok:
         return _fail(f"the instrumented build does not compile:\n{compiled.result.log[-4000:]}", 1)
     data = timeline(spec, target, project.oracle_path(spec.name), recipe_text,
@@ -134,7 +169,7 @@ def _profile(args, tl) -> int:
         return _fail(f"{spec.name}@{target.name}: {exc}", 1)
     device = (got.get("fingerprint") or {}).get("device") or here.get("device")
     meta = {"kernel": spec.name, "target": target.name, "case": case.label(dtype0),
-            "seed": got["seed"], "device": device, "entry": entry.id,
+            "seed": got["seed"], "device": device, **origin,
             "instrumented_binary": compiled.binary_digest, "launches": got.get("launches"),
             "outputs": got["check"]}
     s = tl.summary(events, recipe.timeline.ops)
