@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"regen: stopped by {stopped}: the judge and the artifacts' processes were killed",
               file=sys.stderr)
         return 128 + stopped.signum
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.split(".")[0] == "regen":
+            raise   # regen's own module: a broken install or a bug, the traceback says where
+        print(f"regen: error: the Python package {exc.name.split('.')[0]!r} is not importable by "
+              f"{sys.executable}: install regen with its dependencies in this interpreter "
+              f"(pip install -e . from the repository; README.md)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # a Ctrl-C before the handlers were in place
         print("regen: interrupted", file=sys.stderr)
         return 130

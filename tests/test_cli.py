@@ -87,6 +87,19 @@ def test_python_dash_m_regen_runs_commands_with_the_cli_exit_codes(project):
     assert "unknown kernel 'nosuch'" in bad.stderr and len(bad.stderr.splitlines()) == 1
 
 
+def test_a_missing_dependency_is_one_line_naming_the_package_and_the_interpreter(project):
+    """An interpreter without regen's dependencies (a system python beside the venv) gets one
+    line that names the package, not an import traceback from deep inside a command."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "REGEN_LOCAL_CACHE": str(project / ".lc")}
+    code = ("import sys; sys.modules['diskcache'] = None\n"   # as if it were not installed
+            "from regen.cli import main\n"
+            f"sys.exit(main(['--root', {str(project)!r}, 'status']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "'diskcache' is not importable by" in proc.stderr
+    assert sys.executable in proc.stderr
+
+
 NO_GPU = [["status"], ["status", "--json"], ["explain", "scale", "-t", "cpu"], ["graph"],
           ["prompt", "scale", "-t", "cpu"], ["check"], ["build", "--dry-run"],
           ["bench", "--recorded"], ["log", "scale", "-t", "cpu"], ["gc"],
