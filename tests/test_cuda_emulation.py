@@ -122,6 +122,14 @@ VARIANT_EDGES = {"gemv": [
         {"B": 1, "Hkv": 1, "G": 4, "S": 50, "D": 16, "params": {"causal": False, "scale": 0.25}},
         {"B": 1, "Hkv": 1, "G": 2, "S": 33, "D": 200, "params": {"causal": False}},
         {"B": 2, "Hkv": 1, "G": 1, "S": 21, "D": 320}],
+    # the decode step's variants (variants/llama_decode_step/*): every batch size, since the
+    # stream_bspec kernels compile the row work once per B in 1..6 and keep B 7-8 at run time;
+    # H 64 rows take the whole-row path, the down rows (F 2000: 4000 bytes) it too, F 6000 rows
+    # (12000 bytes, B 5) the split path
+    "llama_decode_step": [
+        {"B": b, "NL": 2, "H": 64, "Hkv": 1, "G": 2, "D": 16, "L": 6, "F": f, "V": 90,
+         "params": {"scale": 0.25}}
+        for b, f in ((4, 2000), (5, 6000), (6, 2000), (7, 2000))],
     # the norms' wprefetch variants (variants/{rmsnorm,layernorm}/wprefetch): 16-byte rows take the
     # weight-prefetching kernels up to the M whose grid is one resident wave at 1024 threads per SM
     # (the spec's cases, all below it, run those); one past it, every register-row size runs the

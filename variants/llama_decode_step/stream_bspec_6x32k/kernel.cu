@@ -1,3 +1,4 @@
+// (variant: the GEMV row work specialised on the batch B <= 6, so B = 1 pays for one sequence, not eight)
 // The whole Llama decode step (embedding, NL decoder layers, final norm, tied lm_head) for
 // B <= 8 sequences as ONE persistent kernel on the H200 (sm_90a), with the weights streamed into
 // shared memory by the TMA engine ahead of the dependencies that gate their use.
@@ -449,16 +450,28 @@ __device__ __forceinline__ void fill_swiglu(const Step& p) {
 
 // acc[b] += the dot products of weight uint4s [i0, i1) (shared memory) with the activation rows
 // at the same positions (x4 [B][k8row]), lanes strided
-__device__ __forceinline__ void dot_range(const Step& p, const uint4* w4, const uint4* x4, int k8row,
-                                          int i0, int i1, float (&acc)[kMaxB]) {
+// The batch as a template argument: kB > 0 is a batch of exactly kB sequences, so the loops over
+// it hold no predicated work for absent ones (a batch of one paid for eight before: the timeline
+// showed every 64 KB item bound by the consumers at ~4.4 µs, with its weights already in shared
+// memory); kB == 0 is the runtime batch p.B <= kMaxB, for B = 7 and 8, whose specialised loops
+// would not fit the registers a warp has beside eight others (168) without spilling.
+template <int kB> constexpr int kSlots = kB > 0 ? kB : kMaxB;   // accumulators
+
+// acc[b] += the dot products of weight uint4s [i0, i1) (shared memory) with the activation rows
+// at the same positions (x4 [nb][k8row]), lanes strided
+template <int kB>
+__device__ __forceinline__ void dot_range(const uint4* w4, const uint4* x4, int k8row, int i0, int i1,
+                                          int nb, float (&acc)[kSlots<kB>]) {
   const int lane = ctid() & 31;
-#pragma unroll 4
+  // loads in flight per lane, as many as the registers allow without spilling (kB 0: as before)
+  constexpr int kUnroll = kB <= 2 ? 4 : kB <= 4 ? 2 : 1;
+#pragma unroll kUnroll
   for (int i = i0 + lane; i < i1; i += 32) {
     float wf[8];
     unpack8(w4[i], wf);
 #pragma unroll
-    for (int b = 0; b < kMaxB; ++b) {
-      if (b < p.B) {
+    for (int b = 0; b < kSlots<kB>; ++b) {
+      if (kB > 0 || b < nb) {
         float xf[8];
         unpack8(x4[b * k8row + i], xf);
 #pragma unroll
@@ -505,6 +518,67 @@ __device__ __forceinline__ void slot_release(const Step& p, int i) {
   if (ctid() == 0) mbar_arrive(saddr(&p.ctrl->empty[i]));
 }
 
+// the rows of one GEMV item (its activation rows staged): dot products from the slots, results
+// stored; `u`: the consumers' chunk count, advanced past this item's chunks
+template <int kB>
+__device__ __forceinline__ void gemv_rows(const Step& p, int l, int s, int it, long long& u) {
+  constexpr int kN = kSlots<kB>;
+  const int nb = kB > 0 ? kB : p.B;
+  const int K = stage_k(p, s), N = stage_n(p, s), r = rows_of(p, s), k8 = K / 8;
+  const int n0 = it * r, nrows = min(N, n0 + r) - n0;
+  const int lane = ctid() & 31, w = ctid() >> 5;
+  const uint4* x4 = reinterpret_cast<const uint4*>(p.sx);
+  float acc[kN];
+  if (r >= kCWarps) {   // whole rows per warp, one slot
+    const int i = slot_wait(p, u++);
+    const uint4* w4 = reinterpret_cast<const uint4*>(p.ring + static_cast<long long>(i) * p.slot);
+    for (int j = w; j < nrows; j += kCWarps) {
+#pragma unroll
+      for (int b = 0; b < kN; ++b) acc[b] = 0.f;
+      dot_range<kB>(w4 + static_cast<long long>(j) * k8, x4, k8, 0, k8, nb, acc);
+#pragma unroll
+      for (int b = 0; b < kN; ++b)
+        if (kB > 0 || b < nb) acc[b] = warp_sum(acc[b]);
+      if (lane == 0)
+#pragma unroll
+        for (int b = 0; b < kN; ++b)
+          if (kB > 0 || b < nb) store_out(p, l, s, n0 + j, b, acc[b]);
+    }
+    slot_release(p, i);
+  } else {              // a row split across wpr warps (and, longer than a slot, over chunks)
+    const int wpr = kCWarps / r, j = w / wpr, part = w % wpr;
+    const bool active = j < nrows;
+#pragma unroll
+    for (int b = 0; b < kN; ++b) acc[b] = 0.f;
+    const int per = p.slot / 16;                   // uint4s per slot
+    const int chunks = r == 1 ? (k8 + per - 1) / per : 1;
+    for (int c = 0; c < chunks; ++c) {
+      const int i = slot_wait(p, u++);
+      const uint4* w4 = reinterpret_cast<const uint4*>(p.ring + static_cast<long long>(i) * p.slot);
+      if (active) {
+        const int c0 = c * per, len = min(k8, c0 + per) - c0;   // this chunk's uint4s of the row
+        const int a = len * part / wpr, e = len * (part + 1) / wpr;
+        dot_range<kB>(w4 + static_cast<long long>(j) * k8 + a, x4 + c0 + a, k8, 0, e - a, nb, acc);
+      }
+      slot_release(p, i);
+    }
+#pragma unroll
+    for (int b = 0; b < kN; ++b)
+      if (kB > 0 || b < nb) acc[b] = warp_sum(acc[b]);
+    if (lane == 0)
+#pragma unroll
+      for (int b = 0; b < kN; ++b) p.ctrl->part[w * kMaxB + b] = active ? acc[b] : 0.f;
+    csync();
+    const int t = ctid();
+    if (t < nrows * nb) {   // each row's parts summed in a fixed order
+      const int jj = t / nb, b = t % nb;
+      float v = 0.f;
+      for (int q = 0; q < wpr; ++q) v += p.ctrl->part[(jj * wpr + q) * kMaxB + b];
+      store_out(p, l, s, n0 + jj, b, v);
+    }
+  }
+}
+
 // one GEMV item; `u`: the consumers' chunk count, advanced past this item's chunks; returns the
 // (layer, stage) key of the activation rows now in sx. The stage's inputs are waited for and
 // staged once per block, layer and stage (`have` on entry: what is staged), never per item: an
@@ -526,58 +600,14 @@ __device__ __forceinline__ int gemv_item(const Step& p, int l, int s, int it, in
     have = key;
     csync();
   }
-  const int K = stage_k(p, s), N = stage_n(p, s), r = rows_of(p, s), k8 = K / 8;
-  const int n0 = it * r, nrows = min(N, n0 + r) - n0;
-  const int lane = ctid() & 31, w = ctid() >> 5;
-  const uint4* x4 = reinterpret_cast<const uint4*>(p.sx);
-  float acc[kMaxB];
-  if (r >= kCWarps) {   // whole rows per warp, one slot
-    const int i = slot_wait(p, u++);
-    const uint4* w4 = reinterpret_cast<const uint4*>(p.ring + static_cast<long long>(i) * p.slot);
-    for (int j = w; j < nrows; j += kCWarps) {
-#pragma unroll
-      for (int b = 0; b < kMaxB; ++b) acc[b] = 0.f;
-      dot_range(p, w4 + static_cast<long long>(j) * k8, x4, k8, 0, k8, acc);
-#pragma unroll
-      for (int b = 0; b < kMaxB; ++b)
-        if (b < p.B) acc[b] = warp_sum(acc[b]);
-      if (lane == 0)
-#pragma unroll
-        for (int b = 0; b < kMaxB; ++b)
-          if (b < p.B) store_out(p, l, s, n0 + j, b, acc[b]);
-    }
-    slot_release(p, i);
-  } else {              // a row split across wpr warps (and, longer than a slot, over chunks)
-    const int wpr = kCWarps / r, j = w / wpr, part = w % wpr;
-    const bool active = j < nrows;
-#pragma unroll
-    for (int b = 0; b < kMaxB; ++b) acc[b] = 0.f;
-    const int per = p.slot / 16;                   // uint4s per slot
-    const int chunks = r == 1 ? (k8 + per - 1) / per : 1;
-    for (int c = 0; c < chunks; ++c) {
-      const int i = slot_wait(p, u++);
-      const uint4* w4 = reinterpret_cast<const uint4*>(p.ring + static_cast<long long>(i) * p.slot);
-      if (active) {
-        const int c0 = c * per, len = min(k8, c0 + per) - c0;   // this chunk's uint4s of the row
-        const int a = len * part / wpr, e = len * (part + 1) / wpr;
-        dot_range(p, w4 + static_cast<long long>(j) * k8 + a, x4 + c0 + a, k8, 0, e - a, acc);
-      }
-      slot_release(p, i);
-    }
-#pragma unroll
-    for (int b = 0; b < kMaxB; ++b)
-      if (b < p.B) acc[b] = warp_sum(acc[b]);
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < kMaxB; ++b) p.ctrl->part[w * kMaxB + b] = active ? acc[b] : 0.f;
-    csync();
-    const int t = ctid();
-    if (t < nrows * p.B) {   // each row's parts summed in a fixed order
-      const int jj = t / p.B, b = t % p.B;
-      float v = 0.f;
-      for (int q = 0; q < wpr; ++q) v += p.ctrl->part[(jj * wpr + q) * kMaxB + b];
-      store_out(p, l, s, n0 + jj, b, v);
-    }
+  switch (p.B) {   // the row work with the batch as a constant
+    case 1: gemv_rows<1>(p, l, s, it, u); break;
+    case 2: gemv_rows<2>(p, l, s, it, u); break;
+    case 3: gemv_rows<3>(p, l, s, it, u); break;
+    case 4: gemv_rows<4>(p, l, s, it, u); break;
+    case 5: gemv_rows<5>(p, l, s, it, u); break;
+    case 6: gemv_rows<6>(p, l, s, it, u); break;
+    default: gemv_rows<0>(p, l, s, it, u); break;   // 7 and 8: the batch at run time
   }
   return have;   // its counter is advanced later, with the block's other items of this stage
 }
