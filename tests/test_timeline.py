@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import SCALE_SPEC, make_project, regen, write_handoff
+from conftest import REPO, SCALE_SPEC, make_project, regen, write_handoff
 
 from regen import timeline as tl
 from regen.errors import InputError
@@ -261,6 +261,12 @@ def test_profile_runs_a_named_entry_or_a_candidate_folder_instead_of_the_current
                  "--json", str(out))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "no such cache entry of scale" in proc.stderr and current["entry"] in proc.stderr
+    # an entry of another column's language (the committed rmsnorm's h200 CUDA source) is refused
+    proc = regen(REPO, "profile", "rmsnorm", "-t", "cpu", "--entry",
+                 json.loads((REPO / "cache" / "rmsnorm" / "h200" / "current.json").read_text())["entry"],
+                 "--json", str(out))
+    assert proc.returncode == 2 and "a cuda artifact" in proc.stderr and "cpu runs cpp" in proc.stderr, \
+        proc.stderr
     (folder / "launch.yaml").unlink()
     proc = regen(timed_project, "profile", "scale", "-t", "cpu", "--variant", str(folder),
                  "--json", str(out))

@@ -96,6 +96,9 @@ def _pick_artifact(args, store, spec, target, source_name: str):
             known = ", ".join(e.id for e in store.entries(spec.name)) or "none"
             return _fail(f"--entry {args.entry}: no such cache entry of {spec.name} "
                          f"(entries: {known})")
+        if entry.language != target.language:
+            return _fail(f"--entry {entry.id}: a {entry.language} artifact (family "
+                         f"{entry.family or '-'}); {target.name} runs {target.language}")
     else:
         entry = store.current(spec.name, target.name)
         if entry is None:
