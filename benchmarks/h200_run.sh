@@ -2,7 +2,7 @@
 # One batched run on the lent H200 (device tool): environment, ceilings, verification and timing of
 # every h200 artifact (records exported for `regen record import`), and the GPU-marked tests.
 #   usage (device): bash benchmarks/h200_run.sh [STEP ...]
-#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K smallvariants:K pick:K
+#   steps: env ceilings verify verify:K,.. each:K,.. bench bench:K,.. variants:K,.. smallvariants:K,.. pick:K
 #          ncu:K[:REGEX] cross:K@T
 #          profile:K[:CASE] decode decode:L,.. ops overhead backward small small:K,..
 #          peers (QuACK, carried over two calls: benchmarks/peer_wheels.sh)
@@ -80,13 +80,16 @@ for step in $steps; do
         capped python3 -m regen.cli bench "$k" --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" "${cases[@]}" \
           --export "$OUT/small-$k.json" 2>&1 | tee -a "$OUT/small.log"
       done ;;
-    variants:*)  # variants:KERNEL times the committed one and every folder under variants/KERNEL
-      k=${step#variants:}
-      capped python3 benchmarks/variants.py "$k" --target "$TARGET" committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log" ;;
-    smallvariants:*)  # smallvariants:KERNEL times them on the `small` step's cases
-      k=${step#smallvariants:}; small_cases "$k"
-      capped python3 benchmarks/variants.py "$k" --target "$TARGET" "${cases[@]}" committed variants/"$k"/* 2>&1 \
-        | tee -a "$OUT/smallvariants.log" ;;
+    variants:*)  # variants:K,.. times each committed kernel and every folder under variants/K
+      for k in $(echo "${step#variants:}" | tr , ' '); do
+        capped python3 benchmarks/variants.py "$k" --target "$TARGET" committed variants/"$k"/* 2>&1 | tee -a "$OUT/variants.log"
+      done ;;
+    smallvariants:*)  # smallvariants:K,.. times them on the `small` step's cases
+      for k in $(echo "${step#smallvariants:}" | tr , ' '); do
+        small_cases "$k"
+        capped python3 benchmarks/variants.py "$k" --target "$TARGET" "${cases[@]}" committed variants/"$k"/* 2>&1 \
+          | tee -a "$OUT/smallvariants.log"
+      done ;;
     pick:*)  # pick:KERNEL accepts the fastest of variants/KERNEL/* as handoffs/KERNEL@h200
       k=${step#pick:}
       python3 -m regen.cli handoff "$k" --target "$TARGET" >/dev/null &&

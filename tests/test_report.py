@@ -30,6 +30,23 @@ def test_bench_table_shows_time_floor_ratios_and_verdict():
     assert "NOT met: speedup vs torch_compile 0.974<1.0" in swiglu
 
 
+def test_bench_table_ignores_checks_that_do_not_apply_to_a_case():
+    """A latency-bound case has no floor expectation (ok None): it neither meets nor misses, so
+    the verdict comes from the checks that applied, and one without any shows none."""
+    out = io.StringIO()
+    na = {"check": "floor_fraction", "limit": 0.9, "ok": None, "value": 0.001,
+          "note": "latency-bound case (floor: false): no floor expectation"}
+    met = {"check": "speedup vs torch_compile", "limit": 1.0, "ok": True, "value": 1.13}
+    missed = {**met, "ok": False, "value": 0.87}
+    report.bench([_row(case="a", checks=[na, met]), _row(case="b", checks=[na, missed]),
+                  _row(case="c", checks=[na])], False, out)
+    a, b, c = (next(line for line in out.getvalue().splitlines() if f" {k} " in line)
+               for k in "abc")
+    assert a.rstrip().endswith(" met")
+    assert b.rstrip().endswith("NOT met: speedup vs torch_compile 0.87<1.0")
+    assert c.rstrip().endswith("—") and "NOT met" not in c
+
+
 def test_bench_table_says_when_samples_timed_launch_overhead():
     out = io.StringIO()
     report.bench([_row(launch_exposed=3), _row(kernel="softmax", launch_exposed=0)], False, out)

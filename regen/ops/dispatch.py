@@ -226,7 +226,7 @@ class KernelOp:
                 if p % align:
                     return self._misaligned(misaligned, env, device, align)(tensors)
                 out = empty_like(x)
-                run([p, out.data_ptr()])
+                run(p, out.data_ptr())
                 return out
         elif single and not scratch and outputs[0][0] is not None:
             like = outputs[0][0]
@@ -237,8 +237,7 @@ class KernelOp:
                     if p % align:
                         return self._misaligned(misaligned, env, device, align)(tensors)
                 out = empty_like(tensors[like])
-                ptrs.append(out.data_ptr())
-                run(ptrs)
+                run(*ptrs, out.data_ptr())
                 return out
         else:
             def kernel(tensors):
@@ -254,7 +253,7 @@ class KernelOp:
                     ws = [(zeros if zero else empty)(shape, dtype=dt, device=device)
                           for shape, dt, zero in scratch]
                     ptrs += [w.data_ptr() for w in ws]
-                run(ptrs)
+                run(*ptrs)
                 return outs[0] if single else tuple(outs) if outs else None
 
         kernel.column = res.column
@@ -344,8 +343,6 @@ def python_function(op: KernelOp, module: str, summary: str = ""):
     planned it already; then it runs that plan directly. Which calls those are is decided per
     call by cheap checks, and dynamo sees is_compiling() true, so a traced call is always the
     overload."""
-    import inspect
-
     import torch
 
     overload = getattr(getattr(torch.ops, op.namespace), op.name).default
@@ -361,6 +358,19 @@ def python_function(op: KernelOp, module: str, summary: str = ""):
     import torch.autograd.forward_ad as forward_ad
     import torch.autograd.profiler as profiler
 
+    if n == 1 and not sig.params:  # softmax, swiglu: the key inlined (KernelOp.key's, no params)
+        def call(*args, **kwargs):
+            if (not kwargs and len(args) == 1 and not compiling() and not function_mode()
+                    and not dispatch_modes() and transforms() is None and tracing() is None
+                    and not profiler._is_profiler_enabled and forward_ad._current_level < 0):
+                x = args[0]
+                if type(x) is Tensor and not (x.requires_grad and grad_enabled()):
+                    plan = plans.get(((), x.shape, x.dtype, x.device, x.is_contiguous()))
+                    if plan is not None:
+                        return plan(args)
+            return overload(*args, **kwargs)
+        return _named(call, op, module, summary)
+
     def call(*args, **kwargs):
         if (not kwargs and len(args) >= n and not compiling() and not function_mode()
                 and not dispatch_modes() and transforms() is None and tracing() is None
@@ -374,7 +384,14 @@ def python_function(op: KernelOp, module: str, summary: str = ""):
                 if plan is not None:
                     return plan(args[:n])
         return overload(*args, **kwargs)
+    return _named(call, op, module, summary)
 
+
+def _named(call, op: KernelOp, module: str, summary: str):
+    """`call` with the op's name, the spec's signature and a docstring (help(), IDEs)."""
+    import inspect
+
+    sig = op.sig
     params = [inspect.Parameter(t["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD)
               for t in sig.inputs]
     for p in sig.params:
