@@ -17,6 +17,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 elif [ ! -d /tmp/site/pydantic ]; then echo "no .whl carried and none installed in /tmp/site"; exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 REGEN_LOCAL_CACHE=/tmp/regen-local
+# the judge's progress lines (regen/judge/trace.py): a step cut off by its cap still shows how far it got
+export REGEN_TRACE=${REGEN_TRACE:-1}
 steps=${*:-env ceilings verify tests}
 # the column this GPU belongs to (REGEN_TARGET overrides): an H100 verifies and times h100, which
 # shares the h200 column's sm90 entries; records name the GPU either way

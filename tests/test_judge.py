@@ -501,3 +501,26 @@ def test_the_child_removes_its_job_file(tmp_path):
     job.write_text("{}")
     _forget(job)
     assert not job.exists()
+
+
+def test_regen_trace_reports_each_seed_and_timed_implementation_as_it_goes(tmp_path):
+    """REGEN_TRACE=1 lets a verification stopped by a budget show how far it got: the child prints
+    a line per correctness seed with its phases and per timed case with each implementation."""
+    from conftest import make_project, regen
+
+    root = make_project(tmp_path / "proj", kernels=("softmax",))
+    for part in ("softmax", "objects"):
+        shutil.copytree(ROOT / "cache" / part, root / "cache" / part)
+    case = ("--case", "M=64,N=256,dtype=float32")
+    quiet = regen(root, "bench", "softmax", "-t", "cpu", *case)
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "[judge" not in quiet.stderr
+    traced = regen(root, "bench", "softmax", "-t", "cpu", *case, env={"REGEN_TRACE": "1"})
+    assert traced.returncode == 0, traced.stdout + traced.stderr
+    lines = [line for line in traced.stderr.splitlines() if line.startswith("[judge")]
+    assert any("softmax: artifact loaded" in line for line in lines), traced.stderr
+    seeds = [line for line in lines if "] verify " in line]
+    assert seeds and all(p in seeds[0] for p in ("inputs", "candidate", "reference", "compare",
+                                                 "passed")), seeds
+    timed = [line for line in lines if "] time " in line]
+    assert timed and "candidate" in timed[0] and "torch_eager" in timed[0], timed

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .. import procs
+from .trace import enabled as trace_enabled
 
 REGEN_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
 CHILD_MODULE = "regen.judge.child"
@@ -60,9 +61,10 @@ def run_child(job: dict, timeout_s: float) -> dict:
         env["REGEN_JUDGE_PARENT"] = str(os.getpid())   # the child dies with this process
         # A session of its own: the artifact's process joins the child's group, and the timeout
         # or a signal to regen (procs.stop_on_signals) kills the whole group.
+        traced = trace_enabled()  # the child's progress lines go straight to our stderr
         proc = procs.start([sys.executable, "-m", CHILD_MODULE, str(job_path)], cwd=tmp,
                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
+                           stderr=None if traced else subprocess.PIPE)
         try:
             out, err = proc.communicate(input=key.hex().encode() + b"\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -80,7 +82,8 @@ def run_child(job: dict, timeout_s: float) -> dict:
         procs.check()  # killed by a signal to regen, not by what the artifact did
         if result.exists() or result.is_symlink():
             return unseal(result, key)
-        tail = err.decode(errors="replace")[-1500:]
+        tail = "(its stderr is above: REGEN_TRACE)" if err is None else \
+            err.decode(errors="replace")[-1500:]
         if proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
             return {"error": f"the child process died with {name}: {tail.strip()[-400:]}",

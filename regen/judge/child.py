@@ -50,6 +50,7 @@ def run(job: dict) -> dict:
         except OracleError as exc:
             return {"error": f"oracle error: {exc}"[:4000], "kind": "oracle"}
     out: dict = {"cases": [], "fingerprint": harness.runtime.fingerprint()}
+    harness.trace(f"{harness.spec.name}: artifact loaded, {len(job['cases'])} cases")
     for item in job["cases"]:
         entry, context_dead = run_case(harness, job, Case.model_validate(item["case"]), item)
         out["cases"].append(entry)
@@ -105,14 +106,20 @@ def _time(harness, entry: dict, case, seeds: list[int], timing: dict) -> None:
 
 
 def _timed(harness, entry: dict, case, seeds: list[int], timing: dict) -> None:
+    phases = harness.trace.phases(f"time {entry['case']} ({timing['iters']} iterations, "
+                                  f"{len(seeds)} seeds)")
     entry["timing"] = harness.timed.time_case(case, seeds, timing["iters"], timing["warmup"])
+    phases.mark("candidate")
     for mode in timing.get("baselines", []):
         entry.setdefault("baselines", {})[mode] = harness.timed.time_baseline(
             case, seeds, timing["iters"], timing["warmup"], mode)
+        phases.mark(mode)
     if timing.get("peers"):
         peers = harness.timed.time_peers(case, seeds, timing["iters"], timing["warmup"])
         if peers:
             entry["peers"] = peers
+        phases.mark("peers")
+    phases.done()
     if (timing.get("baselines") or timing.get("peers")) and harness.in_process:
         harness.watch.tids_allowed |= thread_ids()  # torch's (compile) threads, not the artifact's
 

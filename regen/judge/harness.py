@@ -22,6 +22,7 @@ from .guards import Rejected
 from .hostcode import native_problems, omp_threads, uses_openmp
 from .results import CaseResult
 from .timing import TimedLoop
+from .trace import Trace
 from .watch import LaunchWatch
 
 
@@ -35,6 +36,7 @@ class Harness:
 
         self.torch = torch
         self.job = job
+        self.trace = Trace()
         self.spec = Spec.model_validate(job["spec"])
         self.recipe = parse_recipe(job["recipe"]) if job.get("recipe") else None
         try:
@@ -109,27 +111,40 @@ class Harness:
             return CaseResult.failed(r.guard, r.reason)
 
     def _verify_case(self, case, seed: int) -> CaseResult:
+        phases = self.trace.phases(f"verify {case.label(self.spec.signature.dtypes[0])} "
+                                   f"seed {seed}")
+        result = self._verify_phases(case, seed, phases)
+        phases.done("passed" if result.ok else f"failed [{result.guard}]")
+        return result
+
+    def _verify_phases(self, case, seed: int, phases) -> CaseResult:
         view = self.buffers.case_view(case)
         pristine = self.buffers.make_inputs(case, view, seed)
         self.notes.note_inputs(case, pristine)
         pristine = {k: v.clone() for k, v in pristine.items()}
+        phases.mark("inputs")
         # 1. candidate first: no reference output exists anywhere to be reused
         first = self._candidate_run(case, pristine)
+        phases.mark("candidate")
         if isinstance(first, CaseResult):
             return first
         got1, fills1 = first
         # 2. reference, kept alive until the end of this case
         want = self.oracle.reference({k: v.clone() for k, v in pristine.items()}, view)
         self.notes.note(case, want)
+        phases.mark("reference")
         res = compare(self.spec, case, got1, want, fills1)
+        phases.mark("compare")
         if not res.ok:
             return res
         # 3. candidate again, after the reference, with a fill that differs at every element
         second = self._candidate_run(case, pristine, avoid=fills1)
+        phases.mark("candidate again")
         if isinstance(second, CaseResult):
             return second
         got2, fills2 = second
         res2 = compare(self.spec, case, got2, want, fills2, earlier=(got1, fills1))
+        phases.mark("compare")
         if not res2.ok:
             return res2
         # 4. late writes and stray threads
@@ -144,6 +159,7 @@ class Harness:
             if problems:
                 return CaseResult.failed("invariants", "; ".join(problems), res2.max_abs,
                                          res2.max_rel)
+        phases.mark("late writes and invariants")
         return CaseResult.passed(max(res.max_abs, res2.max_abs), max(res.max_rel, res2.max_rel))
 
     def _candidate_run(self, case, pristine: dict, avoid=None) -> tuple[dict, dict] | CaseResult:
