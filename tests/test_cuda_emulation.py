@@ -130,6 +130,11 @@ VARIANT_EDGES = {"gemv": [
         {"B": b, "NL": 2, "H": 64, "Hkv": 1, "G": 2, "D": 16, "L": 6, "F": f, "V": 90,
          "params": {"scale": 0.25}}
         for b, f in ((4, 2000), (5, 6000), (6, 2000), (7, 2000))],
+    # cross_entropy's split_rows variant: few long rows split over S blocks up to N 132 (S from 64
+    # at one token down to 2 at 132, parts past the row's end at V 16385 over 64 blocks' worth),
+    # the whole-row block kernel one row past it
+    "cross_entropy": [{"N": 1, "V": 262144}, {"N": 1, "V": 16385}, {"N": 40, "V": 20000},
+                      {"N": 132, "V": 16385}, {"N": 133, "V": 16385}],
     # the norms' wprefetch variants (variants/{rmsnorm,layernorm}/wprefetch): 16-byte rows take the
     # weight-prefetching kernels up to the M whose grid is one resident wave at 1024 threads per SM
     # (the spec's cases, all below it, run those); one past it, every register-row size runs the
@@ -195,17 +200,19 @@ def test_variant_cuda_matches_oracle_under_emulation(emulated_variant, kernel, f
 
 
 @pytest.mark.parametrize("kernel,folder", [
-    pytest.param(k, f, id=f"{k}-{f.name}") for k in ("gemv", "attention", "rmsnorm", "layernorm")
+    pytest.param(k, f, id=f"{k}-{f.name}")
+    for k in ("gemv", "attention", "rmsnorm", "layernorm", "cross_entropy")
     for f in sorted(p.parent for p in (ROOT / "variants" / k).glob("*/launch.yaml"))])
 def test_variant_edges_reach_every_launch(kernel, folder):
-    """Every launch of a gemv, attention or norm variant's recipe is chosen for some case the
-    emulation runs (for the norms' wprefetch: both sides of the small-M dispatch)."""
+    """Every launch of a gemv, attention, norm or cross_entropy variant's recipe is chosen for
+    some case the emulation runs (the norms' wprefetch: both sides of the small-M dispatch;
+    cross_entropy's split_rows: both sides of N 132)."""
     from support.library import bound
     recipe = committed(kernel, "h200", folder)[1]
     ran = {launch.kernel for case in _variant_cases(kernel)
            for launch in bound(kernel, "h200", case, folder)[0]}
-    if kernel in ("rmsnorm", "layernorm"):  # their cases rotate dtypes: any dtype of a launch counts
-        ran = {name.rsplit("_", 1)[0] + "_{dtype}" for name in ran}
+    if kernel in ("rmsnorm", "layernorm", "cross_entropy"):  # cases rotate dtypes: any one counts
+        ran |= {name.rsplit("_", 1)[0] + "_{dtype}" for name in ran}
         assert {launch.kernel for launch in recipe.all_launches()} <= ran
         return
     assert {launch.kernel.replace("{dtype}", "bf16") for launch in recipe.all_launches()} <= ran

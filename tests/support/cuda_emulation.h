@@ -48,6 +48,7 @@ struct __nv_bfloat162 { __nv_bfloat16 x, y; };
 struct __half2 { __half x, y; };
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float(unsigned(h.b) << 16); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   unsigned u = __float_as_uint(f);
