@@ -113,7 +113,11 @@ class Harness:
     def _verify_case(self, case, seed: int) -> CaseResult:
         phases = self.trace.phases(f"verify {case.label(self.spec.signature.dtypes[0])} "
                                    f"seed {seed}")
-        result = self._verify_phases(case, seed, phases)
+        try:
+            result = self._verify_phases(case, seed, phases)
+        except BaseException as exc:   # said, then handled where it always was
+            phases.done(f"raised {type(exc).__name__}")
+            raise
         phases.done("passed" if result.ok else f"failed [{result.guard}]")
         return result
 
