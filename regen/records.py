@@ -1,7 +1,8 @@
 """Verification records travel: made on the GPU machine (`regen verify --export FILE`), imported
 here (`regen record import FILE`) into cache/. A record is imported only if it is about the entry
-that is current here, with the same oracle, tolerances, cases and recipe; where the toolchain is
-available, the binary built here must be the very binary that was verified."""
+that is current here or one pending for that target, with the same oracle, tolerances, cases and
+recipe; where the toolchain is available, the binary built here must be the very binary that was
+verified. A passing record of a pending entry makes it current here, as `regen verify` did there."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from .errors import InputError
 from .oracle import legacy_digests
 
 
-def import_records(project, store, path: Path) -> tuple[int, list[str]]:
+def import_records(project, store, path: Path) -> tuple[int, list[str], list[str]]:
+    """(records imported, why each refused one was, one line per pending entry made current)."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -25,21 +27,28 @@ def import_records(project, store, path: Path) -> tuple[int, list[str]]:
     if not isinstance(records, list):
         raise InputError("expected {\"records\": [...]} as written by `regen verify --export`",
                          file=str(path), field="records")
-    imported, skipped = 0, []
+    imported, skipped, promoted = 0, [], []
     for rec in records:
         spec, target = project.spec(rec["kernel"]), project.target(rec["target"])
-        why = admit(project, store, rec)
+        current = store.current(spec.name, target.name)
+        pending = [e.id for e in store.pending(spec.name, target.name)]
+        why = admit(project, store, rec, ((current.id,) if current else ()) + tuple(pending))
         if why:
             skipped.append(f"{rec.get('kernel')}@{rec.get('target')}: {why}")
             continue
         store.put_record(spec.name, target.name, rec["entry"], rec)
         imported += 1
-    return imported, skipped
+        if rec["entry"] in pending and rec.get("ok"):
+            store.point(spec.name, target.name, rec["entry"])
+            where = (rec.get("hardware") or {}).get("device") or "its hardware"
+            promoted.append(f"{spec.name}@{target.name}: pending entry {rec['entry']} passed on "
+                            f"{where}; it is current now")
+    return imported, skipped, promoted
 
 
 def admit(project, store, rec: dict, entry_ids: tuple[str, ...] | None = None) -> str | None:
     """Why a record made elsewhere cannot be stored here (None: it can). It must be about an
-    entry this project holds for the target (the current one, or `entry_ids`), with the same
+    entry this project holds for the target (the current one, or one of `entry_ids`), with the same
     oracle, tolerances, cases and recipe; where the toolchain is here, the binary built here must
     be the very binary that was verified. Records of older regens are re-keyed (and say so)."""
     spec, target = project.spec(rec["kernel"]), project.target(rec["target"])
@@ -47,7 +56,8 @@ def admit(project, store, rec: dict, entry_ids: tuple[str, ...] | None = None) -
     ids = entry_ids if entry_ids is not None else ((current.id,) if current else ())
     entry = store.entry(spec.name, rec.get("entry", "")) if rec.get("entry") in ids else None
     if entry is None:
-        return f"entry {rec.get('entry')} is not the current one here"
+        return (f"entry {rec.get('entry')} is not the current one here"
+                + (" nor pending" if len(ids) > 1 else ""))
     oracle = project.oracle_digest(spec.name)
     legacy = legacy_digests(project.oracle_path(spec.name))
     had = rec["verify"].get("oracle")

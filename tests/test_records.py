@@ -93,3 +93,50 @@ def test_bad_record_file_is_a_clear_error(project, tmp_path):
     f.write_text("{not json")
     proc = regen(project, "record", "import", str(f))
     assert proc.returncode == 2 and "invalid JSON" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_passing_record_of_a_pending_entry_makes_it_current_here(project, tmp_path):
+    """The device verifies a pending entry (`regen verify` promotes it there and exports its
+    record); importing that record here must promote it too, or the verification never lands.
+    A failing record of a pending entry is kept and the entry stays pending."""
+    import shutil
+
+    from regen.store import Store
+
+    folder = write_handoff(tmp_path / "h1", "scale", "cpu", SCALE_CPP, SCALE_RECIPE, project)
+    regen(project, "accept", str(folder), check=True)
+    first = Store(project / "cache").current("scale", "cpu").id
+    # "the device": a copy of the project where the second version is accepted and verified
+    device = tmp_path / "device"
+    shutil.copytree(project, device)
+    folder = write_handoff(tmp_path / "h2", "scale", "cpu", SCALE_CPP + "// version 2\n",
+                           SCALE_RECIPE, device)
+    regen(device, "accept", str(folder), check=True)
+    second = Store(device / "cache").current("scale", "cpu").id
+    assert second != first
+    out = tmp_path / "records.json"
+    regen(device, "verify", "--target", "cpu", "--export", str(out), check=True)
+    data = json.loads(out.read_text())
+    assert [r["entry"] for r in data["records"]] == [second] and data["records"][0]["ok"]
+    # here the second version is only pending (accepted where its hardware was not)
+    shutil.copytree(device / "cache" / "objects", project / "cache" / "objects", dirs_exist_ok=True)
+    shutil.copy(device / "cache" / "scale" / "entries" / f"{second}.json",
+                project / "cache" / "scale" / "entries")
+    Store(project / "cache").point("scale", "cpu", second, pending=True)
+
+    failing = json.loads(json.dumps(data))
+    failing["records"][0]["ok"] = False
+    (tmp_path / "failing.json").write_text(json.dumps(failing))
+    proc = regen(project, "record", "import", str(tmp_path / "failing.json"))
+    assert proc.returncode == 0 and "imported 1 records" in proc.stdout, proc.stdout + proc.stderr
+    assert "current now" not in proc.stdout
+    store = Store(project / "cache")
+    assert store.current("scale", "cpu").id == first
+    assert [e.id for e in store.pending("scale", "cpu")] == [second]
+
+    proc = regen(project, "record", "import", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"pending entry {second} passed on" in proc.stdout and "current now" in proc.stdout
+    store = Store(project / "cache")
+    assert store.current("scale", "cpu").id == second
+    assert store.pending("scale", "cpu") == []

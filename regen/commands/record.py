@@ -26,7 +26,9 @@ def _import(args) -> int:
     from ..records import import_records
 
     project = _common.project(args)
-    n, skipped = import_records(project, _common.store(project), Path(args.file))
+    n, skipped, promoted = import_records(project, _common.store(project), Path(args.file))
     print(f"imported {n} records" + (f"; skipped {len(skipped)}: " + "; ".join(skipped) if skipped else ""))
+    for line in promoted:
+        print(line)
     return 0 if not skipped else 1
 
