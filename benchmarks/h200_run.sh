@@ -60,10 +60,11 @@ for step in $steps; do
         --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee -a "$OUT/verify.log" ;;
     each:*)  # each:a,b,c verifies kernels one by one, one export file each (partial results survive);
       # REGEN_SKIP_CURRENT=1 skips those whose record for this GPU's column is already up to date
+      # and that have no pending entry waiting for this hardware
       for k in $(echo "${step#each:}" | tr , ' '); do
         if [ "${REGEN_SKIP_CURRENT:-0}" = 1 ] && python3 -m regen.cli status "$k" -t "$TARGET" --json 2>/dev/null |
-            python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)[0]['action'] == 'up-to-date' else 1)"; then
-          echo "$k@$TARGET: up to date here, not verified again" | tee -a "$OUT/verify.log"; continue
+            python3 -c "import json,sys; n = json.load(sys.stdin)[0]; sys.exit(0 if n['action'] == 'up-to-date' and not any(r.startswith('pending entr') for r in n['reasons']) else 1)"; then
+          echo "$k@$TARGET: up to date here and nothing pending, not verified again" | tee -a "$OUT/verify.log"; continue
         fi
         capped python3 -m regen.cli verify "$k" --target "$TARGET" --seeds "${REGEN_SEEDS:-2}" \
           --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
