@@ -51,17 +51,19 @@ def run_child(job: dict, timeout_s: float) -> dict:
     key = os.urandom(32)
     with tempfile.TemporaryDirectory(prefix="regen-verify-") as tmp:
         result = Path(tmp) / "result.json"
-        job = {**job, "result": str(result)}
+        traced = trace_enabled()  # the child's progress lines go straight to our stderr
+        # the flag travels in the job (unlinked before the artifact loads), not the environment
+        job = {**job, "result": str(result), "trace": traced}
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REGEN_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         env.pop("ANTHROPIC_API_KEY", None)  # untrusted code never sees credentials
         env.pop("REGEN_SECRET_SEED", None)
+        env.pop("REGEN_TRACE", None)
         env["REGEN_JUDGE_PARENT"] = str(os.getpid())   # the child dies with this process
         # A session of its own: the artifact's process joins the child's group, and the timeout
         # or a signal to regen (procs.stop_on_signals) kills the whole group.
-        traced = trace_enabled()  # the child's progress lines go straight to our stderr
         proc = procs.start([sys.executable, "-m", CHILD_MODULE, str(job_path)], cwd=tmp,
                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=None if traced else subprocess.PIPE)

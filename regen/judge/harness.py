@@ -36,7 +36,7 @@ class Harness:
 
         self.torch = torch
         self.job = job
-        self.trace = Trace()
+        self.trace = Trace(bool(job.get("trace")))
         self.spec = Spec.model_validate(job["spec"])
         self.recipe = parse_recipe(job["recipe"]) if job.get("recipe") else None
         try:

@@ -4,7 +4,9 @@ A verification is one child process that reports only when every case is done, s
 by a budget (a lent GPU's minutes) or a timeout shows nothing of how far it got. With REGEN_TRACE
 set the child writes a line per correctness seed (inputs, candidate, reference, comparisons) and
 per timed implementation (the candidate, each baseline, the peers) as each finishes, and the parent
-lets the child's stderr through instead of keeping its tail for a crash report. Diagnostic only:
+lets the child's stderr through instead of keeping its tail for a crash report. The parent reads
+the variable and passes the flag in the job (unlinked before the artifact loads); the child's
+environment does not carry it, so an artifact sees the same environment traced or not. Diagnostic only:
 nothing reads these lines back, so an artifact writing to the same stderr can only add noise.
 """
 
@@ -23,8 +25,8 @@ class Trace:
     """trace(msg) prints `[judge   12.3 s] msg`; phases(label) times consecutive phases of one
     piece of work and prints them on one line."""
 
-    def __init__(self, on: bool | None = None):
-        self.on = enabled() if on is None else on
+    def __init__(self, on: bool):
+        self.on = on
         self.t0 = time.monotonic()
 
     def __call__(self, msg: str) -> None:
