@@ -524,3 +524,35 @@ def test_regen_trace_reports_each_seed_and_timed_implementation_as_it_goes(tmp_p
                                                  "passed")), seeds
     timed = [line for line in lines if "] time " in line]
     assert timed and "candidate" in timed[0] and "torch_eager" in timed[0], timed
+
+
+def test_outputs_compare_in_slices_with_the_counts_and_worst_element_of_the_whole(monkeypatch):
+    """A benchmark-sized output is compared a slice at a time (bounded temporaries on the device);
+    counts, the first unwritten element and the worst element are those of the whole output."""
+    import torch
+
+    import regen.judge.compare as cmp
+
+    monkeypatch.setattr(cmp, "SLICE", 5)
+    spec = Project(ROOT).spec("softmax")
+    case = Case.model_validate({"M": 4, "N": 8, "dtype": "float32"})
+    want = {"y": torch.linspace(0.1, 1.0, 32, dtype=torch.float64).view(4, 8)}
+    got = {"y": want["y"].float().clone()}
+    got["y"][1, 3] += 0.01          # slice 2
+    got["y"][3, 6] += 0.5           # slice 6: the worst
+    got["y"][0, 2] -= 0.02          # slice 0
+    res = cmp.compare(spec, case, got, want)
+    assert not res.ok and res.guard == "tolerance"
+    assert "3 of 32 elements" in res.reason and "worst at (3, 6)" in res.reason, res.reason
+    assert res.max_abs == pytest.approx(0.5, rel=1e-6)
+    fill = {"y": torch.full((4, 8), 7.0)}
+    lazy = {"y": want["y"].float().clone()}
+    lazy["y"][2, 1:3] = 7.0           # flat 17, 18: slice 3
+    lazy["y"][3, 7] = 7.0             # flat 31: slice 6
+    res = cmp.compare(spec, case, lazy, want, fill)
+    assert not res.ok and res.guard == "poisoned-outputs"
+    assert "3 of 32 elements" in res.reason and "(2, 1)" in res.reason, res.reason
+    nan = {"y": want["y"].float().clone()}
+    nan["y"][2, 5] = float("nan")
+    res = cmp.compare(spec, case, nan, want)
+    assert not res.ok and "NaN mismatch at (2, 5)" in res.reason, res.reason
