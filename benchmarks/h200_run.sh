@@ -27,7 +27,9 @@ TARGET=${REGEN_TARGET:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/de
 TARGET=${TARGET:-h200}; export REGEN_TARGET=$TARGET; echo "target: $TARGET"
 # REGEN_BUDGET_S: the device seconds this run may use (a lent machine's budget); every verification
 # gets at most REGEN_STEP_S (default 300) of it, and steps are skipped once under 20 s are left,
-# so a run ordered by priority ends with the records it could finish rather than being cut off
+# so a run ordered by priority ends with the records it could finish rather than being cut off;
+# the judge's own per-kernel timeout (REGEN_TIMEOUT) defaults to the step's cap, so a long
+# verification (the GEMMs' 11 benchmark shapes) is not killed by the judge before the cap
 T_START=$SECONDS
 capped() {
   local cap=${REGEN_STEP_S:-300} left=$(( ${REGEN_BUDGET_S:-100000} - (SECONDS - T_START) ))
@@ -56,7 +58,7 @@ for step in $steps; do
     ceilings) python3 benchmarks/ceilings.py 2>&1 | tee -a "$OUT/${CEILINGS_FILE:-ceilings.txt}" ;;
     verify|verify:*)  # verify:softmax,rope limits the kernels
       kernels=""; [ "$step" != verify ] && kernels=${step#verify:} && kernels=${kernels//,/ }
-      capped python3 -m regen.cli verify $kernels --target "$TARGET" --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" \
+      capped python3 -m regen.cli verify $kernels --target "$TARGET" --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-${REGEN_STEP_S:-300}}" \
         --export "$OUT/records.json" --junit "$OUT/junit.xml" 2>&1 | tee -a "$OUT/verify.log" ;;
     each:*)  # each:a,b,c verifies kernels one by one, one export file each (partial results survive);
       # REGEN_SKIP_CURRENT=1 skips those whose record for this GPU's column is already up to date
@@ -67,20 +69,20 @@ for step in $steps; do
           echo "$k@$TARGET: up to date here and nothing pending, not verified again" | tee -a "$OUT/verify.log"; continue
         fi
         capped python3 -m regen.cli verify "$k" --target "$TARGET" --seeds "${REGEN_SEEDS:-2}" \
-          --timeout "${REGEN_TIMEOUT:-300}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
+          --timeout "${REGEN_TIMEOUT:-${REGEN_STEP_S:-300}}" --export "$OUT/rec-$k.json" 2>&1 | tee -a "$OUT/verify.log"
       done ;;
     fleet|fleet:*)  # fleet:rmsnorm,softmax limits the kernels; FLEET_ARGS="--kill" kills one task
       kernels=""; [ "$step" != fleet ] && kernels=${step#fleet:} && kernels=${kernels//,/ }
       OUT="$OUT" python3 benchmarks/fleet_gpu.py $kernels ${FLEET_ARGS:-} 2>&1 | tee -a "$OUT/fleet.log" ;;
     bench|bench:*)  # bench:a,b limits the kernels (a composed one shows fused and unfused rows)
       kernels=""; [ "$step" != bench ] && kernels=${step#bench:} && kernels=${kernels//,/ }
-      capped python3 -m regen.cli bench $kernels --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" \
+      capped python3 -m regen.cli bench $kernels --target "$TARGET" --timeout "${REGEN_TIMEOUT:-${REGEN_STEP_S:-300}}" \
         --export "$OUT/bench${kernels:+-${kernels// /-}}.json" 2>&1 | tee -a "$OUT/bench.log" ;;
     small|small:*)  # decode and small sizes (launch- and tail-bound): regen bench --case, peers beside
       kernels=rmsnorm,softmax,layernorm,swiglu,rope,cross_entropy; [ "$step" != small ] && kernels=${step#small:}
       for k in ${kernels//,/ }; do
         small_cases "$k"
-        capped python3 -m regen.cli bench "$k" --target "$TARGET" --timeout "${REGEN_TIMEOUT:-300}" "${cases[@]}" \
+        capped python3 -m regen.cli bench "$k" --target "$TARGET" --timeout "${REGEN_TIMEOUT:-${REGEN_STEP_S:-300}}" "${cases[@]}" \
           --export "$OUT/small-$k.json" 2>&1 | tee -a "$OUT/small.log"
       done ;;
     variants:*)  # variants:K,.. times each committed kernel and every folder under variants/K
@@ -109,7 +111,7 @@ for step in $steps; do
     cross:*)  # cross:attention@b200 runs another column's committed CUDA source here, unrecorded
       spec=${step#cross:}
       capped python3 benchmarks/cross_arch.py "${spec%@*}" --from "${spec#*@}" --target "$TARGET" \
-        --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-300}" 2>&1 | tee -a "$OUT/cross.log" ;;
+        --seeds "${REGEN_SEEDS:-2}" --timeout "${REGEN_TIMEOUT:-${REGEN_STEP_S:-300}}" 2>&1 | tee -a "$OUT/cross.log" ;;
     profile:*)  # profile:KERNEL[:CASE] records the instrumented build's timeline (JSON; PNG where matplotlib is);
       # PROFILE_ARGS="--entry ID" or "--variant DIR" picks another artifact, PROFILE_TAG names its files
       spec=${step#profile:}; k=${spec%%:*}; c=${spec#*:}; [ "$c" = "$spec" ] && c=""
