@@ -1,0 +1,62 @@
+"""Where a decode-step timeline's item time goes: each (layer, stage)'s first item on a block
+against the block's later items of that stage.
+
+The decode megakernels stage a stage's activation rows once per block, layer and stage, inside
+the first item they take of it, so the first item's excess over the rest is what staging costs.
+  usage: python benchmarks/timeline_staging.py TIMELINE.json[.gz]   (`regen profile --json`)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[int(q * (len(xs) - 1))] if xs else float("nan")
+
+
+def main(path: str) -> int:
+    raw = Path(path).read_bytes()
+    data = json.loads(gzip.decompress(raw) if path.endswith(".gz") else raw)
+    ops, events = data["ops"], data["events"]
+    work = [i for i, name in enumerate(ops) if name not in ("wait", "weights")]
+    sms = len({e[0] for e in events}) or 1
+    by_block: dict[int, list] = defaultdict(list)
+    for e in events:
+        if e[2] in work:
+            by_block[e[1]].append(e)
+    first, rest = defaultdict(list), defaultdict(list)
+    for evs in by_block.values():
+        seen = set()
+        for sm, block, op, step, start, end in sorted(evs, key=lambda e: e[4]):
+            key = (op, step >> 16)   # step = (layer << 16) | item
+            (rest if key in seen else first)[ops[op]].append((end - start) / 1e3)
+            seen.add(key)
+    print(f"{data.get('kernel', '?')} on {data.get('device', '?')}, {data.get('case', '')}: "
+          f"span {data['summary']['span_us']:.0f} us, {sms} SMs")
+    print(f"{'stage':8s} {'first items':>11s} {'median us':>9s} {'p90':>6s} {'us/SM':>6s} | "
+          f"{'later':>6s} {'median':>6s} {'p90':>6s} {'us/SM':>6s} | staging us/SM")
+    total = 0.0
+    for name in (ops[i] for i in work):
+        f, r = first[name], rest[name]
+        excess = sum(f) / sms - len(f) / sms * quantile(r, 0.5) if r else 0.0
+        total += excess
+        print(f"{name:8s} {len(f):11d} {quantile(f, .5):9.2f} {quantile(f, .9):6.2f} "
+              f"{sum(f) / sms:6.1f} | {len(r):6d} {quantile(r, .5):6.2f} {quantile(r, .9):6.2f} "
+              f"{sum(r) / sms:6.1f} | {excess:6.1f}")
+    waits = [e for e in events if ops[e[2]] == "wait"]
+    print(f"staging (first items' excess over the later median): {total:.0f} us per SM; "
+          f"stage-counter waits: {sum(e[5] - e[4] for e in waits) / 1e3 / sms:.0f} us per SM")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-1].strip())
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))
