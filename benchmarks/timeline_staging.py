@@ -1,5 +1,5 @@
-"""Where a decode-step timeline's item time goes: each (layer, stage)'s first item on a block
-against the block's later items of that stage.
+"""Where a decode-step timeline's time goes: each (layer, stage)'s first item on a block against
+the block's later items of that stage, and the stage-counter waits by the stage waited for.
 
 The decode megakernels stage a stage's activation rows once per block, layer and stage, inside
 the first item they take of it, so the first item's excess over the rest is what staging costs.
@@ -52,6 +52,13 @@ def main(path: str) -> int:
     waits = [e for e in events if ops[e[2]] == "wait"]
     print(f"staging (first items' excess over the later median): {total:.0f} us per SM; "
           f"stage-counter waits: {sum(e[5] - e[4] for e in waits) / 1e3 / sms:.0f} us per SM")
+    # a wait's step is its counter: 5 per layer, one per stage (qkv, attn, o_proj, gate_up, down)
+    stages = [n for n in ops if n not in ("wait", "weights", "lm_head")]
+    for i, name in enumerate(stages):
+        mine = [(e[5] - e[4]) / 1e3 for e in waits if e[3] % len(stages) == i]
+        if mine:
+            print(f"  waiting for every {name} item: {len(mine)} waits, {sum(mine) / sms:.1f} us "
+                  f"per SM, mean {sum(mine) / len(mine):.2f} us")
     return 0
 
 
