@@ -3,8 +3,8 @@
 // streaming weights through the stage bubbles (o_proj items waited 17 us per layer for attention
 // on the H200 timeline, while each ring of 192 KB was full after ~6 us), and the ring fills
 // from L2. About 25 MB ahead, inside the H200's 50 MB L2.)
-// (parallel_staging: the per-batch-size kernel with its staging loads issued together. Its H200 timeline
-// showed the first item of every (layer, stage) on a block far slower than the rest, because
+// (parallel_staging: the per-batch-size kernel with its staging loads issued together.
+// Its H200 timeline showed the first item of every (layer, stage) on a block far slower than the rest, because
 // staging read a few KB from L2 one dependent load at a time behind the weight stream: down 19.9
 // against 1.6 us (the SwiGLU of 2 x 8192 floats, 32 loads in a row per thread), qkv 5.7 against
 // 1.0, gate_up 5.3, o_proj 3.6, and the attention combine looped over the splits' partials one
