@@ -1,5 +1,6 @@
 """Where a decode-step timeline's time goes: each (layer, stage)'s first item on a block against
-the block's later items of that stage, and the stage-counter waits by the stage waited for.
+the block's later items of that stage, the stage-counter waits by the stage waited for, and how
+long each layer's attention phase took.
 
 The decode megakernels stage a stage's activation rows once per block, layer and stage, inside
 the first item they take of it, so the first item's excess over the rest is what staging costs.
@@ -59,7 +60,31 @@ def main(path: str) -> int:
         if mine:
             print(f"  waiting for every {name} item: {len(mine)} waits, {sum(mine) / sms:.1f} us "
                   f"per SM, mean {sum(mine) / len(mine):.2f} us")
+    attention_phase(ops, events)
     return 0
+
+
+def attention_phase(ops: list[str], events: list) -> None:
+    """Per layer, from the last qkv item's end (when attention may start) to the last attention
+    item's end (when o_proj may): a block holding two attention items makes a second wave."""
+    if "qkv" not in ops or "attn" not in ops:
+        return
+    qkv, attn = ops.index("qkv"), ops.index("attn")
+    ready: dict[int, int] = defaultdict(int)
+    for e in events:
+        if e[2] == qkv:
+            ready[e[3] >> 16] = max(ready[e[3] >> 16], e[5])
+    starts, ends, done = [], [], defaultdict(int)
+    for e in events:
+        if e[2] == attn:
+            layer = e[3] >> 16
+            starts.append((e[4] - ready[layer]) / 1e3)
+            done[layer] = max(done[layer], e[5])
+    ends = [(done[layer] - ready[layer]) / 1e3 for layer in done]
+    if starts:
+        print(f"attention phase per layer (last qkv end to last attention end): median "
+              f"{quantile(ends, .5):.1f} us; items start {quantile(starts, .5):.1f} us after it "
+              f"(p90 {quantile(starts, .9):.1f}, max {max(starts):.1f})")
 
 
 if __name__ == "__main__":
