@@ -556,3 +556,8 @@ def test_outputs_compare_in_slices_with_the_counts_and_worst_element_of_the_whol
     nan["y"][2, 5] = float("nan")
     res = cmp.compare(spec, case, nan, want)
     assert not res.ok and "NaN mismatch at (2, 5)" in res.reason, res.reason
+    # a slice size that would skip elements (an in-process artifact setting the global) is refused
+    monkeypatch.setattr(cmp, "SLICE", -1)
+    with pytest.raises(Rejected) as err:
+        cmp.compare(spec, case, nan, want)
+    assert err.value.guard == "harness-integrity"

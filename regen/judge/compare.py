@@ -12,6 +12,7 @@ refused: no value is a fixed sentinel.
 
 from __future__ import annotations
 
+from .guards import Rejected
 from .results import CaseResult
 
 
@@ -126,7 +127,12 @@ SLICE = 1 << 24
 
 
 def _slices(n: int):
-    return ((lo, min(n, lo + SLICE)) for lo in range(0, n, SLICE))
+    """[lo, hi) bounds covering all n elements; a slice size that is not a positive integer (a
+    module global an in-process artifact could set) would skip elements, so it is refused."""
+    step = SLICE
+    if type(step) is not int or step <= 0:
+        raise Rejected("harness-integrity", f"the comparison's slice size was changed to {step!r}")
+    return ((lo, min(n, lo + step)) for lo in range(0, n, step))
 
 
 def unwritten(g, w, tol, fill, other=None) -> tuple[int, int | None]:
