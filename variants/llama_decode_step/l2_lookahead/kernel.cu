@@ -1,15 +1,15 @@
 // (variant: parallel_staging, and each producer asks L2 for the weights of the item kAhead x 132
 // tickets after the one it claims, whichever block will take it: the memory system then keeps
-// streaming weights through the stage bubbles (o_proj items waited 17 us per layer for attention
-// on the H200 timeline, while each ring of 192 KB was full after ~6 us), and the ring fills
-// from L2. About 25 MB ahead, inside the H200's 50 MB L2.)
-// (parallel_staging: the per-batch-size kernel with its staging loads issued together.
-// Its H200 timeline showed the first item of every (layer, stage) on a block far slower than the rest, because
-// staging read a few KB from L2 one dependent load at a time behind the weight stream: down 19.9
-// against 1.6 us (the SwiGLU of 2 x 8192 floats, 32 loads in a row per thread), qkv 5.7 against
-// 1.0, gate_up 5.3, o_proj 3.6, and the attention combine looped over the splits' partials one
-// load at a time. Here each thread issues kU loads before it uses any, with the arithmetic and its
-// order unchanged, so the results are bit for bit those of the per-batch-size kernel.)
+// streaming weights through the stage bubbles (o_proj items waited 17 us per layer for attention on
+// the H200 timeline, while each ring of 192 KB was full after ~6 us), and the ring fills from L2.
+// About 25 MB ahead, inside the H200's 50 MB L2.)
+// (parallel_staging: the per-batch-size kernel with its staging loads issued together. Its H200
+// timeline showed the first item of every (layer, stage) on a block far slower than the rest,
+// because staging read a few KB from L2 one dependent load at a time behind the weight stream: down
+// 19.9 against 1.6 us (the SwiGLU of 2 x 8192 floats, 32 loads in a row per thread), qkv 5.7
+// against 1.0, gate_up 5.3, o_proj 3.6, and the attention combine looped over the splits' partials
+// one load at a time. Here each thread issues kU loads before it uses any, with the arithmetic and
+// its order unchanged, so the results are bit for bit those of the per-batch-size kernel.)
 // The whole Llama decode step (embedding, NL decoder layers, final norm, tied lm_head) for
 // B <= 8 sequences as ONE persistent kernel on the H200 (sm_90a), with the weights streamed into
 // shared memory by the TMA engine ahead of the dependencies that gate their use.

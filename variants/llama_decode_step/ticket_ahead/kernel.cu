@@ -1,33 +1,34 @@
-// (variant: attn_pool, with the producer's next ticket claimed while it issues the current
-// item's copies. It claimed each ticket with an atomic whose round trip (~1 us behind the weight
-// stream) lay between one item's copies and the next: at most one 32 KB item per round trip and
-// block, ~20-27 GB/s per SM where 32 are needed. The per-batch-size kernel's H200 timeline is
-// consistent with that bound: 1.64 us per 32 KB item (1.06 in the item, 0.58 between), no weight
-// wait over 0.5 us recorded, and the dependency-free lm_head phase at 2.8 TB/s of the 4.2
-// measured. A block now holds at most one ticket more than before, the next in claim order, and
-// the schedule stays deadlock-free: if the oldest unfinished ticket is a block's claimed but
-// unpublished one, that block's queued items, all older, are done, so its queue has room.)
-// (variant: l2_lookahead, with a layer's attention items taken from a per-layer pool by whichever
-// blocks are free. On the H200 timeline of the per-batch-size kernel the attention phase took
-// ~28 us per layer for ~10 us items: tickets are claimed up to kQueue ahead, so some blocks held
-// two attention items (a second wave) while others sat in their o_proj item's wait. Here an
-// attention ticket, and a block's first o_proj item of the layer before its wait, each take one
-// item from the pool while any is left; there are more takers than items, so the items go to
-// the blocks that get there first. The attention-only arguments live in shared memory
-// (AttnArgs), which kept this at 0 spills. The CUDA emulation runs blocks one after another, so
-// there every item is taken at an attention ticket; the o_proj path runs the same attn_item.)
-// (l2_lookahead: parallel_staging, and each producer asks L2 for the weights of the item
-// kAhead x 132 tickets after the one it claims, whichever block will take it: the memory system then keeps
-// streaming weights through the stage bubbles (o_proj items waited 17 us per layer for attention
-// on the H200 timeline, while each ring of 192 KB was full after ~6 us), and the ring fills
-// from L2. About 25 MB ahead, inside the H200's 50 MB L2.)
-// (parallel_staging: the per-batch-size kernel with its staging loads issued together.
-// Its H200 timeline showed the first item of every (layer, stage) on a block far slower than the rest, because
-// staging read a few KB from L2 one dependent load at a time behind the weight stream: down 19.9
-// against 1.6 us (the SwiGLU of 2 x 8192 floats, 32 loads in a row per thread), qkv 5.7 against
-// 1.0, gate_up 5.3, o_proj 3.6, and the attention combine looped over the splits' partials one
-// load at a time. Here each thread issues kU loads before it uses any, with the arithmetic and its
-// order unchanged, so the results are bit for bit those of the per-batch-size kernel.)
+// (variant: attn_pool, with the producer's next kTicketsAhead tickets claimed while it issues the
+// current item's copies. It claimed each ticket with an atomic whose round trip (~1 us behind the
+// weight stream) lay between one item's copies and the next: at most one 32 KB item per round trip
+// and block, ~20-27 GB/s per SM where 32 are needed; two in flight allow twice that. The
+// per-batch-size kernel's H200 timeline is consistent with that bound: 1.64 us per 32 KB item (1.06
+// in the item, 0.58 between), no weight wait over 0.5 us recorded, and the dependency-free lm_head
+// phase at 2.8 TB/s of the 4.2 measured. A block now holds up to kTicketsAhead tickets more than
+// before, and the schedule stays deadlock-free: if the oldest unfinished ticket is one a block
+// claimed but has not published, that block's queued items, all older, are done, so its queue has
+// room.)
+// (attn_pool: l2_lookahead, with a layer's attention items taken from a per-layer pool by whichever
+// blocks are free. On the H200 timeline of the per-batch-size kernel the attention phase took ~28
+// us per layer for ~10 us items: tickets are claimed up to kQueue ahead, so some blocks held two
+// attention items (a second wave) while others sat in their o_proj item's wait. Here an attention
+// ticket, and a block's first o_proj item of the layer before its wait, each take one item from the
+// pool while any is left; there are more takers than items, so the items go to the blocks that get
+// there first. The attention-only arguments live in shared memory (AttnArgs), which kept this at 0
+// spills. The CUDA emulation runs blocks one after another, so there every item is taken at an
+// attention ticket; the o_proj path runs the same attn_item.)
+// (l2_lookahead: parallel_staging, and each producer asks L2 for the weights of the item kAhead x
+// 132 tickets after the one it claims, whichever block will take it: the memory system then keeps
+// streaming weights through the stage bubbles (o_proj items waited 17 us per layer for attention on
+// the H200 timeline, while each ring of 192 KB was full after ~6 us), and the ring fills from L2.
+// About 25 MB ahead, inside the H200's 50 MB L2.)
+// (parallel_staging: the per-batch-size kernel with its staging loads issued together. Its H200
+// timeline showed the first item of every (layer, stage) on a block far slower than the rest,
+// because staging read a few KB from L2 one dependent load at a time behind the weight stream: down
+// 19.9 against 1.6 us (the SwiGLU of 2 x 8192 floats, 32 loads in a row per thread), qkv 5.7
+// against 1.0, gate_up 5.3, o_proj 3.6, and the attention combine looped over the splits' partials
+// one load at a time. Here each thread issues kU loads before it uses any, with the arithmetic and
+// its order unchanged, so the results are bit for bit those of the per-batch-size kernel.)
 // The whole Llama decode step (embedding, NL decoder layers, final norm, tied lm_head) for
 // B <= 8 sequences as ONE persistent kernel on the H200 (sm_90a), with the weights streamed into
 // shared memory by the TMA engine ahead of the dependencies that gate their use.
@@ -408,45 +409,60 @@ __device__ __forceinline__ void l2_ahead(const Step& p, int t) {
     a = b;
   }
 }
+// the weight copies of ticket t's item into the ring (and the L2 prefetch of a later item's);
+// attention items have none
+__device__ __forceinline__ void produce_item(const Step& p, int t, long long& u) {
+  l2_ahead(p, t + kAhead * static_cast<int>(gridDim.x));
+  int l, s, local;
+  decode(p, t, l, s, local);
+  if (s == kAttn) return;
+  const int K = stage_k(p, s), N = stage_n(p, s), r = rows_of(p, s);
+  const int n0 = local * r, n1 = min(N, n0 + r);
+  const long long row_bytes = 2LL * K;
+  if (row_bytes > p.slot) {   // one row in slot-sized chunks
+    const char* src = reinterpret_cast<const char*>(weight_row(p, l, s, n0));
+    for (long long off = 0; off < row_bytes; off += p.slot, ++u) {
+      const int i = acquire_slot(p, u);
+      const unsigned bytes = static_cast<unsigned>(min(static_cast<long long>(p.slot), row_bytes - off));
+      const unsigned bar = saddr(&p.ctrl->full[i]);
+      mbar_arrive_expect_tx(bar, bytes);
+      bulk_load(saddr(p.ring + static_cast<long long>(i) * p.slot), src + off, bytes, bar);
+    }
+  } else {                    // whole rows, one bulk copy per run of rows in one matrix
+    const int i = acquire_slot(p, u++);
+    const unsigned bar = saddr(&p.ctrl->full[i]);
+    mbar_arrive_expect_tx(bar, static_cast<unsigned>((n1 - n0) * row_bytes));
+    for (int a = n0; a < n1;) {
+      const int b = run_end(p, s, a, n1);
+      bulk_load(saddr(p.ring + static_cast<long long>(i) * p.slot + (a - n0) * row_bytes),
+                weight_row(p, l, s, a), static_cast<unsigned>((b - a) * row_bytes), bar);
+      a = b;
+    }
+  }
+}
+
+// tickets in flight per producer: each claim's round trip overlaps the copies of the items before
+// it. One lane's atomics on one word are ordered as issued (coherence follows program order for
+// one location), so the values it gets increase and the block still takes its items in ticket
+// order.
+constexpr int kTicketsAhead = 2;   // 3 or 4 made the kernel spill
+
 __device__ void produce(const Step& p) {
   long long u = 0;   // chunks issued so far (the consumers count the same sequence)
-  int next = atomicAdd(p.sync + kTicket, 1);
-  for (int q = 0;; ++q) {
-    const int qs = q % kQueue, quse = q / kQueue;
-    if (quse > 0) mbar_wait(saddr(&p.ctrl->qempty[qs]), static_cast<unsigned>((quse - 1) & 1));
-    const int t = next;
-    // the following ticket's round trip overlaps this item's copies; past the end, none is
-    // claimed (this block publishes t, its last, and leaves)
-    if (t < p.total) next = atomicAdd(p.sync + kTicket, 1);
-    p.ctrl->queue[qs] = t;
-    mbar_arrive(saddr(&p.ctrl->qfull[qs]));   // release: the consumers read the ticket after
-    if (t >= p.total) return;
-    l2_ahead(p, t + kAhead * static_cast<int>(gridDim.x));
-    int l, s, local;
-    decode(p, t, l, s, local);
-    if (s == kAttn) continue;
-    const int K = stage_k(p, s), N = stage_n(p, s), r = rows_of(p, s);
-    const int n0 = local * r, n1 = min(N, n0 + r);
-    const long long row_bytes = 2LL * K;
-    if (row_bytes > p.slot) {   // one row in slot-sized chunks
-      const char* src = reinterpret_cast<const char*>(weight_row(p, l, s, n0));
-      for (long long off = 0; off < row_bytes; off += p.slot, ++u) {
-        const int i = acquire_slot(p, u);
-        const unsigned bytes = static_cast<unsigned>(min(static_cast<long long>(p.slot), row_bytes - off));
-        const unsigned bar = saddr(&p.ctrl->full[i]);
-        mbar_arrive_expect_tx(bar, bytes);
-        bulk_load(saddr(p.ring + static_cast<long long>(i) * p.slot), src + off, bytes, bar);
-      }
-    } else {                    // whole rows, one bulk copy per run of rows in one matrix
-      const int i = acquire_slot(p, u++);
-      const unsigned bar = saddr(&p.ctrl->full[i]);
-      mbar_arrive_expect_tx(bar, static_cast<unsigned>((n1 - n0) * row_bytes));
-      for (int a = n0; a < n1;) {
-        const int b = run_end(p, s, a, n1);
-        bulk_load(saddr(p.ring + static_cast<long long>(i) * p.slot + (a - n0) * row_bytes),
-                  weight_row(p, l, s, a), static_cast<unsigned>((b - a) * row_bytes), bar);
-        a = b;
-      }
+  int pending[kTicketsAhead];
+#pragma unroll
+  for (int j = 0; j < kTicketsAhead; ++j) pending[j] = atomicAdd(p.sync + kTicket, 1);
+  for (int q = 0;;) {
+#pragma unroll
+    for (int j = 0; j < kTicketsAhead; ++j, ++q) {   // constant indices: pending stays in registers
+      const int qs = q % kQueue, quse = q / kQueue;
+      if (quse > 0) mbar_wait(saddr(&p.ctrl->qempty[qs]), static_cast<unsigned>((quse - 1) & 1));
+      const int t = pending[j];
+      if (t < p.total) pending[j] = atomicAdd(p.sync + kTicket, 1);   // its replacement, in flight
+      p.ctrl->queue[qs] = t;
+      mbar_arrive(saddr(&p.ctrl->qfull[qs]));   // release: the consumers read the ticket after
+      if (t >= p.total) return;   // the rest in flight are later still: none is lost
+      produce_item(p, t, u);
     }
   }
 }
