@@ -337,3 +337,35 @@ def test_instrumented_step_megakernel_records_every_item_of_every_layer(tmp_path
     items = sorted((e for e in events if e.op < 6), key=lambda e: e.start)
     assert [e.step >> 16 for e in items if e.op < 5] == sorted(e.step >> 16 for e in items
                                                                if e.op < 5)
+
+
+def test_staging_analysis_splits_each_blocks_first_item_of_a_stage_from_the_rest(tmp_path, capsys):
+    """benchmarks/timeline_staging.py (the decode notes' staging and attention-phase figures): a
+    block's first item of a (layer, stage) is the one that stages, later ones are not; waits are
+    grouped by the stage waited for; the attention phase runs from the last qkv end."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("timeline_staging",
+                                                  REPO / "benchmarks" / "timeline_staging.py")
+    staging = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(staging)
+    ops = ["qkv", "attn", "o_proj", "gate_up", "down", "lm_head", "wait", "weights"]
+    us = 1000
+    events = [  # sm, block, op, step = (layer << 16) | item, start, end (ns)
+        [0, 0, 0, 0, 0, 6 * us], [0, 0, 0, 1, 6 * us, 7 * us], [0, 0, 0, 2, 7 * us, 8 * us],
+        [0, 0, 1, 0, 9 * us, 19 * us],                          # attention, 1 us after qkv
+        [0, 0, 6, 1, 19 * us, 23 * us],                         # a wait on counter 1 (attn)
+        [0, 0, 0, (1 << 16) | 0, 30 * us, 35 * us],             # layer 1: a first item again
+    ]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(
+        {"kernel": "k", "device": "d", "case": "c", "ops": ops, "summary": {"span_us": 35.0},
+         "events": events}).encode()))
+    assert staging.main(str(path)) == 0
+    out = capsys.readouterr().out
+    qkv = next(line for line in out.splitlines() if line.startswith("qkv "))
+    assert qkv.split()[1:5] == ["2", "5.00", "5.00", "11.0"], qkv   # first items: 6 us, 5 us
+    assert qkv.split()[6] == "2" and qkv.split()[7] == "1.00", qkv   # two later items of 1 us
+    assert "waiting for every attn item: 1 waits, 4.0 us per SM" in out, out
+    assert "median 11.0 us; items start 1.0 us after it" in out, out
