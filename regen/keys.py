@@ -141,6 +141,8 @@ def profile_for(spec: Spec, target: Target) -> dict:
         out["memory"] = p.memory
     if p.compute is not None:  # likewise
         out["compute"] = p.compute
+    if p.geomean_speedup and LANGUAGES[target.language].on_device:  # likewise
+        out["geomean_speedup"] = dict(sorted(p.geomean_speedup.items()))
     return out
 
 

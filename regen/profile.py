@@ -113,3 +113,43 @@ def dynamic_checks(spec, target, timing: dict, baselines: dict[str, float | None
         out.append({"check": f"speedup vs {name}", "limit": minimum, "value": round(s, 3),
                     "ok": s >= minimum})
     return out
+
+
+GEOMEAN_CASE = "(geomean of the benchmark cases)"
+"""The case an expectation over the whole benchmark set is reported under."""
+
+
+def geomean_checks(spec, target, rows: list[dict]) -> list[dict]:
+    """The spec's geomean_speedup expectations over one run's rows (dynamic_checks' bench rows,
+    each with "case", "median_s" and "baselines"). Only a run of every benchmark case of the
+    spec on this target decides one: a run of chosen cases (`regen bench --case`) is no
+    evidence about the set, and a case whose baseline did not run leaves it undecided."""
+    import math
+
+    exp = profile_for(spec, target).get("geomean_speedup")
+    if not exp:
+        return []
+    default = spec.signature.dtypes[0]
+    wanted = [c.label(default) for c in spec.bench_cases(target)]
+    by_case = {r["case"]: r for r in rows}
+    if not wanted or not all(w in by_case for w in wanted):
+        return []
+    out = []
+    for name, minimum in sorted(exp.items()):
+        ratios = []
+        for w in wanted:
+            r = by_case[w]
+            base = (r.get("baselines") or {}).get(name) if name != "best_peer" else \
+                (r.get("peers") or {}).get(r.get("best_peer"))
+            t = r.get("median_s") if r.get("ok", True) is not False else None
+            ratios.append(base / t if base and t else None)
+        check = {"check": f"geomean speedup vs {name}", "limit": minimum,
+                 "cases": len(wanted)}
+        if any(x is None for x in ratios):
+            missing = [w for w, x in zip(wanted, ratios) if x is None]
+            out.append({**check, "value": None, "ok": None,
+                        "note": f"undecided: no time or no {name} time for {', '.join(missing)}"})
+            continue
+        g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        out.append({**check, "value": round(g, 3), "ok": g >= minimum})
+    return out

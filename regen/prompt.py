@@ -182,6 +182,9 @@ def _profile(spec, target) -> list[str]:
     plain = {k: v for k, v in prof.speedup.items() if not isinstance(v, dict)}
     for baseline, minimum in sorted({**plain, **prof.speedup_for(target, False)}.items()):
         lines.append(f"- Be at least {_num(minimum)}x as fast as {baseline} on the benchmark cases.")
+    for baseline, minimum in sorted((profile_for(spec, target).get("geomean_speedup") or {}).items()):
+        lines.append(f"- Be at least {_num(minimum)}x as fast as {baseline} in geometric mean over "
+                     "the benchmark cases.")
     regs = select(prof.max_registers, target)
     if regs is not None:
         lines.append(f"- At most {regs} registers per thread.")

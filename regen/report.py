@@ -135,7 +135,9 @@ def build(results, as_json: bool, out=None, verbose: bool = False) -> None:
     print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do", file=out)
 
 
-def bench(rows: list[dict], as_json: bool, out=None) -> None:
+def bench(rows: list[dict], as_json: bool, out=None, summaries: list[dict] | None = None) -> None:
+    """The benchmark table; `summaries`: expectations over a kernel's whole benchmark set (the
+    geomean ones, each with its kernel and target), one line each under the table."""
     out = sys.stdout if out is None else out
     if as_json:
         json.dump(rows, out, indent=1)
@@ -185,6 +187,12 @@ def bench(rows: list[dict], as_json: bool, out=None) -> None:
                 [f"regen {_mib(own)}"] * (own is not None)
                 + [f"{n} {_mib(v)}" for n, v in sorted(mem.items())]), None)
     _table(table, out)
+    for c in summaries or []:
+        verdict = "undecided: " + c.get("note", "") if c.get("ok") is None else \
+            "met" if c["ok"] else "NOT met"
+        value = f"{c['value']:.3f}x" if c.get("value") is not None else "—"
+        out.write(f"{c['kernel']}@{c['target']}: {c['check']} over {c.get('cases', '?')} benchmark "
+                  f"cases {value} (expected >= {c['limit']}): {verdict}\n")
     for line in notes:   # one line per skipped or unmatched peer (not one per case)
         out.write(f"note: {line}\n")
 

@@ -328,6 +328,10 @@ class Profile(Strict):
     # baseline -> minimum speed-up on the device columns, and selector -> {baseline: minimum} for
     # any column (the host's too): {torch_compile: 1.0, cpu: {torch_eager: 0.8}}
     speedup: dict[str, float | dict[str, float]] = Field(default_factory=dict)
+    # baseline -> minimum geometric mean of the speed-ups over the spec's benchmark cases, on the
+    # device columns: a goal stated over a shape set ("1.0x SDPA in geomean") beside a per-case
+    # floor in `speedup` ("no row below parity within the run-to-run spread")
+    geomean_speedup: dict[str, float] = Field(default_factory=dict)
     memory: str | None = None  # formula: most bytes of outputs + workspace one call may allocate
     max_registers: dict[str, int] = Field(default_factory=dict)
     max_spills: dict[str, int] = Field(default_factory=dict)
@@ -359,6 +363,18 @@ class Profile(Strict):
                 if b not in BASELINES:
                     raise ValueError(f"speedup.{k}: unknown baseline {b!r}; expected "
                                      "torch_eager, torch_compile or best_peer")
+        return v
+
+    @field_validator("geomean_speedup")
+    @classmethod
+    def _geomean_baselines(cls, v):
+        for k, value in v.items():
+            if k not in BASELINES:
+                raise ValueError(f"geomean_speedup: unknown baseline {k!r}; expected torch_eager, "
+                                 "torch_compile or best_peer")
+            if not value > 0:
+                raise ValueError(f"geomean_speedup.{k}: expected a positive minimum speed-up, "
+                                 f"got {value}")
         return v
 
     def speedup_for(self, target, on_device: bool) -> dict[str, float]:

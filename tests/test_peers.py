@@ -274,3 +274,90 @@ def test_a_case_marked_floor_false_is_timed_but_exempt_from_the_floor_expectatio
     # the committed spec exempts its one-row decode case and no other
     exempt = [c.sizes for c in spec.cases if not c.floor]
     assert exempt == [{"M": 1, "N": 2048}]
+
+
+def _attention_with(profile: dict):
+    project = Project(ROOT)
+    spec = project.spec("attention")
+    return spec.model_copy(update={"profile": spec.profile.model_copy(update=profile)}), \
+        project.target("h200")
+
+
+def _child_results(spec, target, ratios: list[float]) -> list[dict]:
+    """The child's entries for every bench case of `target`: a kernel at 1.25x its floor (meets
+    the floor expectation), SDPA `ratio` times slower (device and wall times that pass the
+    timing guards)."""
+    from regen.profile import floor_seconds
+
+    out = []
+    for case, ratio in zip(spec.bench_cases(target), ratios):
+        t = 1.25 * floor_seconds(spec, target, case)[0]
+        out.append({"case": case.label("bfloat16"), "ok": True,
+                    "timing": {"device_s": [t] * 5, "wall_s": [t * 1.01] * 5},
+                    "baselines": {"torch_eager": {"device_s": [t * ratio] * 5}}})
+    return out
+
+
+def test_a_geomean_expectation_judges_the_whole_benchmark_set_once_every_row_is_in():
+    from regen.judge.parent import Outcome, _judge_bench
+    from regen.profile import GEOMEAN_CASE
+
+    spec, h200 = _attention_with({"speedup": {"torch_eager": 0.98},
+                                  "geomean_speedup": {"torch_eager": 1.0}})
+    cases = spec.bench_cases(h200)
+    assert len(cases) == 6
+    # two rows just under parity, the set above it: met (the per-case floor is 0.98)
+    ok = Outcome(True, None)
+    _judge_bench(spec, h200, cases, _child_results(spec, h200, [1.05, 1.05, 1.04, 1.04, 0.999,
+                                                                0.995]), ok)
+    (g,) = [c for c in ok.expectations if c["case"] == GEOMEAN_CASE]
+    assert ok.ok, ok.reason
+    assert g["check"] == "geomean speedup vs torch_eager" and g["cases"] == 6 and g["ok"] is True
+    assert g["value"] == pytest.approx((1.05 ** 2 * 1.04 ** 2 * 0.999 * 0.995) ** (1 / 6), abs=1e-3)
+    # every row above the per-case floor, the set below 1.0: the kernel fails on the geomean
+    slow = Outcome(True, None)
+    _judge_bench(spec, h200, cases, _child_results(spec, h200, [0.99] * 6), slow)
+    assert not slow.ok and slow.error_kind == "profile"
+    assert "geomean speedup vs torch_eager 0.99 < 1.0 (6 cases)" in slow.reason
+    # a row under the per-case floor fails on its own even when the geomean is met
+    low = Outcome(True, None)
+    _judge_bench(spec, h200, cases, _child_results(spec, h200, [1.2] * 5 + [0.97]), low)
+    assert not low.ok and "speedup vs torch_eager 0.97 < 0.98" in low.reason
+
+
+def test_a_geomean_expectation_is_undecided_without_every_benchmark_row_or_baseline():
+    from regen.profile import geomean_checks
+
+    spec, h200 = _attention_with({"geomean_speedup": {"torch_eager": 1.0}})
+    rows = [{"case": c.label("bfloat16"), "median_s": 1e-3, "baselines": {"torch_eager": 2e-3}}
+            for c in spec.bench_cases(h200)]
+    assert geomean_checks(spec, h200, rows)[0]["value"] == 2.0
+    assert geomean_checks(spec, h200, rows[:-1]) == []          # `regen bench --case`: no set
+    rows[2]["baselines"] = {"torch_eager": None}                # SDPA raised on one row
+    (g,) = geomean_checks(spec, h200, rows)
+    assert g["ok"] is None and g["value"] is None and "undecided" in g["note"]
+    # the host column times with noise: the expectation applies on device columns only
+    assert geomean_checks(spec, Project(ROOT).target("cpu"), rows) == []
+
+
+def test_a_geomean_expectation_names_its_baseline_and_wants_a_positive_minimum(tmp_path):
+    for bad, words in (({"sdpa": 1.0}, "geomean_speedup: unknown baseline 'sdpa'"),
+                       ({"torch_eager": 0}, "expected a positive minimum")):
+        spec = yaml.safe_load((ROOT / "specs" / "attention.yaml").read_text())
+        spec["profile"]["geomean_speedup"] = bad
+        path = tmp_path / "attention.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        with pytest.raises(InputError) as exc:
+            load_spec(path)
+        assert words in str(exc.value) and "attention.yaml" in str(exc.value)
+
+
+def test_the_bench_table_reports_a_geomean_expectation_under_the_rows():
+    out = io.StringIO()
+    report.bench([{"kernel": "attention", "target": "h200", "case": "a", "median_s": 1e-3,
+                   "baselines": {"torch_eager": 1.03e-3}}], False, out,
+                 summaries=[{"kernel": "attention", "target": "h200", "cases": 6,
+                             "check": "geomean speedup vs torch_eager", "limit": 1.0,
+                             "value": 1.029, "ok": True}])
+    assert ("attention@h200: geomean speedup vs torch_eager over 6 benchmark cases 1.029x "
+            "(expected >= 1.0): met") in out.getvalue()

@@ -32,11 +32,15 @@ def _recorded(nodes, as_json: bool) -> int:
     or stale one named in its reasons), with where and when they were measured."""
     from .. import plan as planning, report
 
-    rows, sources = [], []
+    from ..profile import GEOMEAN_CASE
+
+    rows, sources, summaries = [], [], []
     for n in nodes:
         rec = n.record
         if not rec or not rec.get("bench"):
             continue
+        summaries.extend({"kernel": n.kernel, "target": n.target, **c}
+                         for c in rec.get("expectations") or [] if c.get("case") == GEOMEAN_CASE)
         where = planning.verified_where(rec)
         state = "current" if n.action in (planning.UP_TO_DATE, planning.RECOMPILE, planning.FAILED) \
             else f"stale: {'; '.join(n.reasons)}"
@@ -48,7 +52,7 @@ def _recorded(nodes, as_json: bool) -> int:
     if not rows:
         print("no record with benchmark timings")
         return 1
-    report.bench(rows, False)
+    report.bench(rows, False, summaries=summaries)
     print()
     print("\n".join(sources))
     return 0
@@ -64,8 +68,10 @@ def run(args) -> int:
                           intent="build" if args.recorded else "bench")
     if args.recorded:
         return _recorded(nodes, args.json)
+    from ..profile import GEOMEAN_CASE
+
     extra = _command_line_cases(project, nodes, args.case, named=bool(args.kernels))
-    rows = []
+    rows, summaries = [], []
     results = []
     for n in nodes:
         if n.skip or n.action == planning.UNSUPPORTED:
@@ -89,12 +95,14 @@ def run(args) -> int:
             if res.outcome is not None:
                 for b in res.outcome.bench:
                     mine.append({"kernel": n.kernel, "target": n.target, **extra, **b})
+                summaries.extend({"kernel": n.kernel, "target": n.target, **c}
+                                 for c in res.outcome.expectations if c.get("case") == GEOMEAN_CASE)
             if res.status != "ok" and (res.outcome is None or not res.outcome.bench):
                 mine.append({"kernel": n.kernel, "target": n.target, **extra, "case": "—",
                              "ok": False, "reason": res.summary})
         _vs_unfused(mine)
         rows.extend(mine)
-    report.bench(rows, args.json)
+    report.bench(rows, args.json, summaries=summaries)
     if args.export:
         records = [r.record for r in results if r.record]
         Path(args.export).write_text(json.dumps({"records": records, "bench": rows}, indent=1))

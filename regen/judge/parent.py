@@ -332,10 +332,20 @@ def _verdict(data: dict, n_items: int, seeds_label, seeds_out) -> Outcome:
 
 
 def _judge_bench(spec, target, cases, results, outcome: Outcome, recipe: str | None = None) -> None:
+    from ..profile import GEOMEAN_CASE, geomean_checks
+
     by_label = {c.label(spec.signature.dtypes[0]): c for c in cases}
     for r in results:
         if "timing" in r:
             _judge_bench_case(spec, target, by_label[r["case"]], r, outcome, recipe)
+    # an expectation over the whole benchmark set, judged once every row is in
+    summary = geomean_checks(spec, target, outcome.bench)
+    outcome.expectations.extend({**c, "case": GEOMEAN_CASE} for c in summary)
+    missed = [c for c in summary if c.get("ok") is False]
+    if missed:
+        outcome.fail("profile expectations not met over the benchmark cases: " + "; ".join(
+            f"{c['check']} {c['value']} < {c['limit']} ({c['cases']} cases)" for c in missed),
+            "profile")
 
 
 def judge_peers(peers: dict) -> tuple[dict, dict, dict, str | None]:
