@@ -165,6 +165,7 @@ def _cases(spec) -> list[str]:
 
 
 def _profile(spec, target) -> list[str]:
+    from .keys import profile_for
     from .spec import select
 
     prof = spec.profile

@@ -45,9 +45,14 @@ class Proof(Strict):
     (Python regular expression, searched line by line in cuobjdump / llvm-objdump / objdump
     output) or a profiler metric with its bound. `also` adds patterns that must each match a line
     of the same disassembly too, for a technique no single instruction shows but a set of them
-    does (an in-register 4 x 4 transpose: four different shuffles)."""
+    does (an in-register 4 x 4 transpose: four different shuffles). `per` with `at_least` makes
+    the pattern a ratio: the lines `sass` matches over the lines `per` matches, for a technique
+    that shows as a proportion of instructions rather than one (register tiling: FMAs per
+    shared-memory load). Static counts over the whole disassembly, so a loop the compiler left
+    rolled counts once per body: the ratio of the unrolled hot loop is what it reads."""
     sass: str | None = None
     also: list[str] = Field(default_factory=list)
+    per: str | None = None
     metric: str | None = None
     at_least: float | None = None
     note: str = ""
@@ -55,6 +60,13 @@ class Proof(Strict):
     @field_validator("sass")
     @classmethod
     def _regex(cls, v):
+        if v is not None:
+            _compiles(v)
+        return v
+
+    @field_validator("per")
+    @classmethod
+    def _per_regex(cls, v):
         if v is not None:
             _compiles(v)
         return v
@@ -75,16 +87,30 @@ class Proof(Strict):
             raise ValueError(f"metric {self.metric!r} needs `at_least: VALUE`")
         if self.also and self.sass is None:
             raise ValueError("`also:` adds disassembly patterns to `sass:`; a metric proof has none")
+        if self.per is not None and (self.sass is None or self.at_least is None or self.also):
+            raise ValueError("`per: REGEX` makes `sass:` a ratio: it needs `sass:` and "
+                             "`at_least: VALUE`, and no `also:`")
+        if self.sass is not None and self.at_least is not None and self.per is None:
+            raise ValueError("`at_least:` with `sass:` bounds a ratio: add `per: REGEX` (the "
+                             "instructions it is counted over)")
         return self
 
     def label(self) -> str:
         if self.sass is None:
             return f"{self.metric} >= {self.at_least:g}"
+        if self.per is not None:
+            return f"/{self.sass}/ per /{self.per}/ >= {self.at_least:g}"
         return " and ".join(f"/{p}/" for p in (self.sass, *self.also))
 
     def match(self, disassembly: str) -> str | None:
         """The evidence: the first line each pattern matches (joined by ' | '), or None when one
-        of them matches no line. Only for a disassembly proof."""
+        of them matches no line; for a ratio, the counts and the ratio, or None below its bound
+        (or with nothing to count it over). Only for a disassembly proof."""
+        if self.per is not None:
+            n, d = proof_count(self.sass, disassembly), proof_count(self.per, disassembly)
+            if d == 0 or n / d < self.at_least:
+                return None
+            return f"{n} /{self.sass}/ per {d} /{self.per}/ = {n / d:.1f} >= {self.at_least:g}"
         lines = []
         for pattern in (self.sass, *self.also):
             line = proof_match(pattern, disassembly)
@@ -238,6 +264,13 @@ def proof_match(pattern: str, disassembly: str) -> str | None:
     return None
 
 
+def proof_count(pattern: str, disassembly: str) -> int:
+    """How many instruction lines of the disassembly the pattern matches (never-executed @!PT
+    placeholders left out, as in proof_match)."""
+    rx = re.compile(pattern)
+    return sum(1 for line in disassembly.splitlines() if "@!PT " not in line and rx.search(line))
+
+
 class Evaluator:
     """Levels of a column's cells for one target, reading the cache and compiling (memoised per
     machine by compile key) what it must disassemble."""
@@ -331,7 +364,9 @@ class Evaluator:
                 st.users.append(Use(k, "not checked"))
             else:
                 st.users.append(Use(k, self._shows(k, target, proof)))
-        if proof is None:
+        if proof is None or proof.per is not None:
+            # a ratio is no fingerprint: any FMA-heavy loop (a norm's sum of squares) reaches
+            # it, so only the declared users are checked against it
             return
         for k in library if self.detect_users else []:
             if k in cell.users:

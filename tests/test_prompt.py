@@ -109,6 +109,13 @@ def test_gpu_target_gets_its_profile_expectations_and_launch_geometry(softmax):
     assert "cuda.warp_reduce" in text and "Limits: max_threads_per_block=1024, sm_count=132" in text
 
 
+def test_a_geomean_expectation_reaches_the_device_prompt_only(cpu):
+    attention = load_spec(ROOT / "specs" / "attention.yaml")
+    line = "Be at least 1x as fast as torch_eager in geometric mean over the benchmark cases."
+    assert line in build_prompt(attention, _gpu_target())
+    assert line not in build_prompt(attention, cpu)     # the host column is not held to it
+
+
 def test_static_prefix_is_shared_by_every_request(softmax, cpu):
     prefix = static_prefix(softmax, cpu)
     prev = Candidate(source='extern "C" void softmax_f32() {}\n',

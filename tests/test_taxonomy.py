@@ -276,6 +276,23 @@ def test_a_proof_with_also_patterns_needs_every_one():
         Proof(metric="ipc", at_least=1, also=["x"])
 
 
+def test_a_ratio_proof_counts_instruction_lines_and_needs_its_bound():
+    from regen.taxonomy import Proof
+    loop = "".join(f"  /*{i:04x}*/  FFMA R{i}, R1, R2, R{i} ;\n" for i in range(12))
+    loads = "  /*0100*/  LDS.128 R4, [R0] ;\n  /*0110*/  LDS.128 R8, [R0+0x10] ;\n"
+    placeholder = "  /*0120*/  @!PT LDS RZ, [RZ] ;\n"      # never executes: not counted
+    proof = Proof(sass=r"\bFFMA\b", per=r"\bLDS(\.\S+)?\s", at_least=4)
+    assert proof.match(loop + loads + placeholder) == \
+        "12 /\\bFFMA\\b/ per 2 /\\bLDS(\\.\\S+)?\\s/ = 6.0 >= 4"
+    assert proof.match(loop[: loop.index("R6,")].rsplit("\n", 1)[0] + "\n" + loads) is None  # 6 / 2
+    assert proof.match(loop) is None                       # no shared-memory load: no tiling
+    assert proof.label() == "/\\bFFMA\\b/ per /\\bLDS(\\.\\S+)?\\s/ >= 4"
+    with pytest.raises(Exception, match="needs `sass:` and `at_least: VALUE`"):
+        Proof(sass="FFMA", per="LDS")
+    with pytest.raises(Exception, match="add `per: REGEX`"):
+        Proof(sass="FFMA", at_least=4)
+
+
 @pytest.mark.parametrize("line,shown", [
     ("  113c:\taddps  %xmm0,%xmm0", "addps %xmm0,%xmm0"),                                # objdump
     ("  113c:\t0f 58 c0             \taddps  %xmm0,%xmm0", "addps %xmm0,%xmm0"),          # with bytes
@@ -311,12 +328,14 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
         assert st.proof_shown and opcode.startswith(mnemonic), (cell, st.evidence)
         if st.level != "proven":   # until the H200 records are imported
             assert st.level == "unit-tested" and any("needs H200" in n for n in st.notes)
+    # register tiling is a ratio read from the binary: 512 FFMA over 32 LDS.128
+    reg = states["sm90.register_tiling"]
+    assert reg.proof_shown and reg.evidence.startswith("512 ") and "= 16.0 >= 4" in reg.evidence
     # a cell whose proof is a profiler metric reaches unit-tested with its unit test, its proof
     # not read from the binary (a cell without a unit test stays described: cpu.cache_blocking)
-    for cell in ("sm90.register_tiling", "sm90.tile_schedule"):
-        st = states[cell]
-        assert st.level == "unit-tested" and st.proof_shown is None and st.evidence == "", cell
-        assert any("needs a profiler run" in n for n in st.notes), cell
+    st = states["sm90.tile_schedule"]
+    assert st.level == "unit-tested" and st.proof_shown is None and st.evidence == ""
+    assert any("needs a profiler run" in n for n in st.notes)
     # every sm_90a cell has its unit test now
     assert all(st.level != "described" for st in states.values()), \
         [c for c, st in states.items() if st.level == "described"]
