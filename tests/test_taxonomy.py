@@ -331,11 +331,8 @@ def test_compiled_h200_solutions_show_their_proofs_and_wait_for_the_hardware(tmp
     # register tiling is a ratio read from the binary: 512 FFMA over 32 LDS.128
     reg = states["sm90.register_tiling"]
     assert reg.proof_shown and reg.evidence.startswith("512 ") and "= 16.0 >= 4" in reg.evidence
-    # a cell whose proof is a profiler metric reaches unit-tested with its unit test, its proof
-    # not read from the binary (a cell without a unit test stays described: cpu.cache_blocking)
-    st = states["sm90.tile_schedule"]
-    assert st.level == "unit-tested" and st.proof_shown is None and st.evidence == ""
-    assert any("needs a profiler run" in n for n in st.notes)
+    # persistent scheduling: the tile loop's stride, gridDim.x, read from constant bank 0
+    assert "c[0x0][0xc]" in states["sm90.tile_schedule"].evidence
     # every sm_90a cell has its unit test now
     assert all(st.level != "described" for st in states.values()), \
         [c for c, st in states.items() if st.level == "described"]
