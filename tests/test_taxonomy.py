@@ -18,7 +18,7 @@ from regen.generators.parse import parse_cell
 from regen.project import Project
 from regen.prompt import build_prompt
 from regen.store import Store
-from regen.taxonomy import evaluate, load_grid, proof_match
+from regen.taxonomy import evaluate, load_grid, proof_count, proof_match
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -291,6 +291,18 @@ def test_a_ratio_proof_counts_instruction_lines_and_needs_its_bound():
         Proof(sass="FFMA", per="LDS")
     with pytest.raises(Exception, match="add `per: REGEX`"):
         Proof(sass="FFMA", at_least=4)
+
+
+def test_a_proof_sees_each_instruction_alone_and_never_across_lines():
+    """The whole text is searched at once; a hit is kept only if its own line matches, so a
+    pattern that could span two instructions (or would match an encoding) proves nothing."""
+    text = ("        /*0010*/                   IADD3 R1, R1, 0x1, RZ ;     /* 0x0000000101017810 */\n"
+            "                                                              /* 0x000fe20007ffe0ff */\n"
+            "        /*0020*/                   FFMA R2, R3, R4, R2 ;       /* 0x0000000403027223 */\n")
+    assert proof_match(r"RZ ;\s+FFMA", text) is None          # spans two instructions
+    assert proof_match(r"0x000fe2", text) is None               # an encoding word, not code
+    assert proof_match(r"^FFMA R2", text) == "FFMA R2, R3, R4, R2 ;"   # ^ is an instruction's start
+    assert proof_count(r"\bR[0-9]\b", text) == 2               # lines, not matches
 
 
 @pytest.mark.parametrize("line,shown", [
