@@ -8,6 +8,8 @@ regen/judge/timing.py.
 
 from __future__ import annotations
 
+import math
+
 from .keys import profile_for
 
 
@@ -124,8 +126,6 @@ def geomean_checks(spec, target, rows: list[dict]) -> list[dict]:
     each with "case", "median_s" and "baselines"). Only a run of every benchmark case of the
     spec on this target decides one: a run of chosen cases (`regen bench --case`) is no
     evidence about the set, and a case whose baseline did not run leaves it undecided."""
-    import math
-
     exp = profile_for(spec, target).get("geomean_speedup")
     if not exp:
         return []

@@ -246,18 +246,13 @@ class CellState:
                 "users": [{"kernel": u.kernel, "state": u.state} for u in self.users]}
 
 
-_ADDRESS = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s*")
-_ENCODING = re.compile(r"\s*/\*\s*0x[0-9a-fA-F]+\s*\*/\s*$")
-_COMMENT = re.compile(r"\s*//.*$")                                       # llvm-objdump's encoding
-_OBJDUMP = re.compile(r"^\s*[0-9a-fA-F]+:\s*(?:(?:[0-9a-fA-F]{2} )+\s*\t)?")   # address [bytes]
-
-
-# the same, over a whole text at once (multi-line mode, never crossing a line)
-_ADDRESS_ML = re.compile(r"^[ \t]*/\*[0-9a-fA-F]+\*/[ \t]*", re.MULTILINE)
-_ENCODING_ML = re.compile(r"[ \t]*/\*[ \t]*0x[0-9a-fA-F]+[ \t]*\*/[ \t]*$", re.MULTILINE)
-_COMMENT_ML = re.compile(r"[ \t]*//.*$", re.MULTILINE)
-_OBJDUMP_ML = re.compile(r"^[ \t]*[0-9a-fA-F]+:[ \t]*(?:(?:[0-9a-fA-F]{2} )+[ \t]*\t)?", re.MULTILINE)
-_SPACE = re.compile(r"[ \t\r\f\v]+")
+# what a disassembly line holds besides its instruction, removed over the whole text at once
+# (multi-line mode, never crossing a line): cuobjdump's /*address*/ and /* 0x... */ encoding
+# words, llvm-objdump's trailing // address: encoding comment, objdump's address: [bytes] prefix
+_ADDRESS = re.compile(r"^[ \t]*/\*[0-9a-fA-F]+\*/[ \t]*", re.MULTILINE)
+_ENCODING = re.compile(r"[ \t]*/\*[ \t]*0x[0-9a-fA-F]+[ \t]*\*/[ \t]*$", re.MULTILINE)
+_COMMENT = re.compile(r"[ \t]*//.*$", re.MULTILINE)
+_OBJDUMP = re.compile(r"^[ \t]*[0-9a-fA-F]+:[ \t]*(?:(?:[0-9a-fA-F]{2} )+[ \t]*\t)?", re.MULTILINE)
 
 
 @functools.lru_cache(maxsize=256)
@@ -266,8 +261,7 @@ def _instructions(disassembly: str) -> str:
     trailing comments removed (what the evidence shows, and all a pattern should see), blank
     lines (sm_90's second encoding word) dropped. Whole-text substitutions, memoised: every
     cell reads the same binaries, some of them 40 000 lines."""
-    text = _OBJDUMP_ML.sub("", _COMMENT_ML.sub("", _ENCODING_ML.sub("", _ADDRESS_ML.sub(
-        "", disassembly))))
+    text = _OBJDUMP.sub("", _COMMENT.sub("", _ENCODING.sub("", _ADDRESS.sub("", disassembly))))
     return "\n".join(line for line in (" ".join(x.split()) for x in text.split("\n")) if line)
 
 

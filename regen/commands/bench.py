@@ -31,7 +31,6 @@ def _recorded(nodes, as_json: bool) -> int:
     """The benchmark rows of the records that decide each node (the up-to-date one, or the failed
     or stale one named in its reasons), with where and when they were measured."""
     from .. import plan as planning, report
-
     from ..profile import GEOMEAN_CASE
 
     rows, sources, summaries = [], [], []
