@@ -112,7 +112,7 @@ def dynamic_checks(spec, target, timing: dict, baselines: dict[str, float | None
                         "note": "baseline unavailable"})
             continue
         s = base / timing["median_s"]
-        out.append({"check": f"speedup vs {name}", "limit": minimum, "value": round(s, 3),
+        out.append({"check": f"speedup vs {name}", "limit": minimum, "value": round(s, 4),
                     "ok": s >= minimum})
     return out
 
@@ -151,5 +151,5 @@ def geomean_checks(spec, target, rows: list[dict]) -> list[dict]:
                         "note": f"undecided: no time or no {name} time for {', '.join(missing)}"})
             continue
         g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-        out.append({**check, "value": round(g, 3), "ok": g >= minimum})
+        out.append({**check, "value": round(g, 4), "ok": g >= minimum})
     return out
