@@ -1,17 +1,15 @@
-// (variant: l2_lookahead, with a layer's attention items taken from a per-layer pool by whichever
-// blocks are free. On the H200 timeline of the per-batch-size kernel the attention phase took ~28
-// us per layer for ~10 us items: tickets are claimed up to kQueue ahead, so some blocks held two
-// attention items (a second wave) while others sat in their o_proj item's wait. Here an attention
-// ticket, and a block's first o_proj item of the layer before its wait, each take one item from the
-// pool while any is left; there are more takers than items, so the items go to the blocks that get
-// there first. The attention-only arguments live in shared memory (AttnArgs), which kept this at 0
-// spills. The CUDA emulation runs blocks one after another, so there every item is taken at an
-// attention ticket; the o_proj path runs the same attn_item.)
-// (l2_lookahead: parallel_staging, and each producer asks L2 for the weights of the item kAhead x
-// 132 tickets after the one it claims, whichever block will take it: the memory system then keeps
-// streaming weights through the stage bubbles (o_proj items waited 17 us per layer for attention on
-// the H200 timeline, while each ring of 192 KB was full after ~6 us), and the ring fills from L2.
-// About 25 MB ahead, inside the H200's 50 MB L2.)
+// (variant: the committed kernel (parallel_staging) with a layer's attention items taken from a
+// per-layer pool by whichever blocks are free. On the lent H100 (2026-12-08, L = 1024) the
+// ladder this came from measured parallel_staging 1692 us, + an L2 look-ahead of the weights
+// 2020 us (slower: the look-ahead is dropped here), + this pool 1816 us: the pool took 204 us off
+// the look-ahead kernel. parallel_staging's timeline still waits 316 us per SM for attention
+// (items ~10.5 us, the layer's attention phase 30.9 us, p90 start 12.7 us after the qkv items:
+// a second wave). Here an attention ticket, and a block's first o_proj item of the layer before
+// its wait, each take one item from the pool while any is left; there are more takers than
+// items, so the items go to the blocks that get there first. The attention-only arguments live
+// in shared memory (AttnArgs), which kept this at 0 spills. The CUDA emulation runs blocks one
+// after another, so there every item is taken at an attention ticket; the o_proj path runs the
+// same attn_item.)
 // (parallel_staging: the per-batch-size kernel with its staging loads issued together. Its H200
 // timeline showed the first item of every (layer, stage) on a block far slower than the rest,
 // because staging read a few KB from L2 one dependent load at a time behind the weight stream: down
@@ -199,16 +197,6 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
   emu_bulk_load(dst, src, bytes, bar);
 #endif
 }
-// ask L2 for [src, src + bytes) (no destination, no barrier: a hint the memory system may drop)
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
-#ifdef __CUDA_ARCH__
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#else   // the emulation reads both ends: a range outside the weights would fault here
-  const volatile unsigned char* b = static_cast<const volatile unsigned char*>(src);
-  (void)b[0];
-  (void)b[bytes - 1];
-#endif
-}
 // the consumer warps' own barrier (the producer warp never takes part)
 __device__ __forceinline__ void csync() {
 #ifdef __CUDA_ARCH__
@@ -383,22 +371,6 @@ __device__ __forceinline__ int acquire_slot(const Step& p, long long u) {
   if (use > 0) mbar_wait(saddr(&p.ctrl->empty[i]), static_cast<unsigned>((use - 1) & 1));
   return i;
 }
-constexpr int kAhead = 6;   // items per block between a claimed ticket and the one prefetched
-// the weight rows of ticket t's item into L2 (nothing for attention items and past the end)
-__device__ __forceinline__ void l2_ahead(const Step& p, int t) {
-  if (t >= p.total) return;
-  int l, s, local;
-  decode(p, t, l, s, local);
-  if (s == kAttn) return;
-  const int N = stage_n(p, s), r = rows_of(p, s);
-  const int n0 = local * r, n1 = min(N, n0 + r);
-  const unsigned row_bytes = 2u * static_cast<unsigned>(stage_k(p, s));
-  for (int a = n0; a < n1;) {
-    const int b = run_end(p, s, a, n1);
-    bulk_prefetch_l2(weight_row(p, l, s, a), static_cast<unsigned>(b - a) * row_bytes);
-    a = b;
-  }
-}
 __device__ void produce(const Step& p) {
   long long u = 0;   // chunks issued so far (the consumers count the same sequence)
   for (int q = 0;; ++q) {
@@ -408,7 +380,6 @@ __device__ void produce(const Step& p) {
     p.ctrl->queue[qs] = t;
     mbar_arrive(saddr(&p.ctrl->qfull[qs]));   // release: the consumers read the ticket after
     if (t >= p.total) return;
-    l2_ahead(p, t + kAhead * static_cast<int>(gridDim.x));
     int l, s, local;
     decode(p, t, l, s, local);
     if (s == kAttn) continue;

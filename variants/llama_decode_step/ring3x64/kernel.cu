@@ -1,4 +1,14 @@
-// (variant: the GEMV row work specialised on the batch B <= 6, so B = 1 pays for one sequence, not eight)
+// (variant: the committed kernel (parallel_staging) on a ring of 3 slots of 64 KB where the staged
+// rows leave room, against its 6 x 32 KB: fewer, larger items, fewer hand-offs. On the lent H100
+// (2026-12-08, L = 1024) the same ring took the per-batch-size kernel from 2020 to 1906 us. The
+// source is the committed one; only launch.yaml differs.)
+// (variant: the per-batch-size kernel with its staging loads issued together. Its H200 timeline
+// showed the first item of every (layer, stage) on a block far slower than the rest, because
+// staging read a few KB from L2 one dependent load at a time behind the weight stream: down 19.9
+// against 1.6 us (the SwiGLU of 2 x 8192 floats, 32 loads in a row per thread), qkv 5.7 against
+// 1.0, gate_up 5.3, o_proj 3.6, and the attention combine looped over the splits' partials one load
+// at a time. Here each thread issues kU loads before it uses any, with the arithmetic and its order
+// unchanged, so the results are bit for bit those of the per-batch-size kernel.)
 // The whole Llama decode step (embedding, NL decoder layers, final norm, tied lm_head) for
 // B <= 8 sequences as ONE persistent kernel on the H200 (sm_90a), with the weights streamed into
 // shared memory by the TMA engine ahead of the dependencies that gate their use.
@@ -15,8 +25,8 @@
 //     attn     one (b, KV head, split of L) for all G query heads: RoPE, the new k and v written
 //              to layer l's cache slot L-1, online softmax, partials; the last split combines
 //     o_proj   rows of Wo, + the layer's input: the residual stream x1 (float32)
-//     gate_up  rows of [Wgate; Wup] (rmsnorm of x1), float32 results; SwiGLU is applied when
-//              the down stage stages its activations
+//     gate_up  rows of [Wgate; Wup] (rmsnorm of x1), float32 results, silu applied to the gate
+//              rows as they are stored; the product is taken when the down stage stages them
 //     down     rows of Wd, + x1: the next layer's input (float32, ping-pong buffers)
 //   lm_head    rows of the tied table (rmsnorm of the last layer's output, final norm weight);
 //              the logits rounded once (bf16)
@@ -416,30 +426,85 @@ __device__ __forceinline__ float layer_in(const Step& p, int l, int b, int k) {
   return __ldcg(p.xres + static_cast<long long>(l & 1) * p.B * p.H + static_cast<long long>(b) * p.H + k);
 }
 
-// activation rows, bf16 [B][H] in shared memory: rmsnorm(src) * weight
+// Staging reads each block's activation rows (a few KB, from L2) while the memory system is
+// full of the weight stream, where one round trip takes most of a microsecond: every loop below
+// issues kU independent loads per thread before it uses any of them.
+constexpr int kU = 8;
+
 template <int kSrc>   // 0: layer l's input, 1: x1 (after attention), 2: the last layer's output
+__device__ __forceinline__ float norm_in(const Step& p, int l, int b, const float* row, int k) {
+  return kSrc == 0 ? layer_in(p, l, b, k) : __ldcg(row + k);
+}
+// activation rows, bf16 [B][H] in shared memory: rmsnorm(src) * weight. The sum of squares runs
+// over k = tid, tid + 256, ... in that order, as before (the zeros past H add nothing).
+template <int kSrc>
 __device__ __forceinline__ void fill_rmsnorm(const Step& p, int l, const __nv_bfloat16* w) {
   for (int b = 0; b < p.B; ++b) {
     const float* row = kSrc == 1 ? p.x1 + static_cast<long long>(b) * p.H
                                  : p.xres + static_cast<long long>(l & 1) * p.B * p.H +
                                        static_cast<long long>(b) * p.H;
+    if (p.H <= kU * kCThreads) {   // one pass: the row stays in registers
+      float v[kU], wv[kU];
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        const int k = ctid() + j * kCThreads;
+        v[j] = k < p.H ? norm_in<kSrc>(p, l, b, row, k) : 0.f;
+        wv[j] = k < p.H ? bf(w[k]) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kU; ++j) ss = fmaf(v[j], v[j], ss);
+      const float r = 1.f / sqrtf(block_sum(p, ss) / p.H + p.eps);
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        const int k = ctid() + j * kCThreads;
+        if (k < p.H) p.sx[b * p.H + k] = __float2bfloat16_rn(v[j] * r * wv[j]);
+      }
+      continue;
+    }
     float ss = 0.f;
-    for (int k = ctid(); k < p.H; k += kCThreads) {
-      const float v = kSrc == 0 ? layer_in(p, l, b, k) : __ldcg(row + k);
-      ss = fmaf(v, v, ss);
+    for (int k0 = ctid(); k0 < p.H; k0 += kU * kCThreads) {
+      float v[kU];
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        const int k = k0 + j * kCThreads;
+        v[j] = k < p.H ? norm_in<kSrc>(p, l, b, row, k) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kU; ++j) ss = fmaf(v[j], v[j], ss);
     }
     const float r = 1.f / sqrtf(block_sum(p, ss) / p.H + p.eps);
-    for (int k = ctid(); k < p.H; k += kCThreads) {
-      const float v = kSrc == 0 ? layer_in(p, l, b, k) : __ldcg(row + k);
-      p.sx[b * p.H + k] = __float2bfloat16_rn(v * r * bf(w[k]));
+    for (int k0 = ctid(); k0 < p.H; k0 += kU * kCThreads) {
+      float v[kU], wv[kU];
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        const int k = k0 + j * kCThreads;
+        v[j] = k < p.H ? norm_in<kSrc>(p, l, b, row, k) : 0.f;
+        wv[j] = k < p.H ? bf(w[k]) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        const int k = k0 + j * kCThreads;
+        if (k < p.H) p.sx[b * p.H + k] = __float2bfloat16_rn(v[j] * r * wv[j]);
+      }
     }
   }
 }
 // the residual rows of an o_proj stage (layer l's input) or a down stage (x1), float32 [B][H]
 __device__ __forceinline__ void fill_residual(const Step& p, int l, bool x1) {
-  for (int i = ctid(); i < p.B * p.H; i += kCThreads) {
-    const int b = i / p.H, k = i - b * p.H;
-    p.sres[i] = x1 ? __ldcg(p.x1 + i) : layer_in(p, l, b, k);
+  const int n = p.B * p.H;
+  for (int i0 = ctid(); i0 < n; i0 += kU * kCThreads) {
+    float v[kU];
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      const int i = i0 + j * kCThreads, b = i / p.H;
+      v[j] = i >= n ? 0.f : x1 ? __ldcg(p.x1 + i) : layer_in(p, l, b, i - b * p.H);
+    }
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      const int i = i0 + j * kCThreads;
+      if (i < n) p.sres[i] = v[j];
+    }
   }
 }
 __device__ __forceinline__ void fill_copy(const Step& p, const __nv_bfloat16* src, int n) {
@@ -447,12 +512,27 @@ __device__ __forceinline__ void fill_copy(const Step& p, const __nv_bfloat16* sr
   uint4* d4 = reinterpret_cast<uint4*>(p.sx);
   for (int i = ctid(); i < n / 8; i += kCThreads) d4[i] = __ldcg(s4 + i);
 }
-// the down stage's activations: SwiGLU of the gate/up results, rounded to bf16 [B][F]
+// the down stage's activations: SwiGLU of the gate/up results, rounded to bf16 [B][F]. The gate
+// rows' silu was applied when they were stored (store_out), so staging is loads and a multiply:
+// a division here, a call into its slow path with eight values live, made the kernel spill
 __device__ __forceinline__ void fill_swiglu(const Step& p) {
-  for (int i = ctid(); i < p.B * p.F; i += kCThreads) {
-    const int b = i / p.F, f = i - b * p.F;
-    const float g = __ldcg(p.gu + 2LL * b * p.F + f), u = __ldcg(p.gu + 2LL * b * p.F + p.F + f);
-    p.sx[i] = __float2bfloat16_rn(g / (1.f + __expf(-g)) * u);
+  constexpr int kU = 8;
+  for (int b = 0; b < p.B; ++b) {
+    const float* sg = p.gu + 2LL * b * p.F;
+    const float* up = sg + p.F;
+    __nv_bfloat16* out = p.sx + static_cast<long long>(b) * p.F;
+    for (int i0 = ctid(); i0 < p.F; i0 += kU * kCThreads) {
+      float g[kU], u[kU];
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        const int i = i0 + j * kCThreads;
+        g[j] = i < p.F ? __ldcg(sg + i) : 0.f;
+        u[j] = i < p.F ? __ldcg(up + i) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kU; ++j)
+        if (i0 + j * kCThreads < p.F) out[i0 + j * kCThreads] = __float2bfloat16_rn(g[j] * u[j]);
+    }
   }
 }
 
@@ -495,8 +575,8 @@ __device__ __forceinline__ void store_out(const Step& p, int l, int s, int n, in
     p.qkv[static_cast<long long>(b) * p.Nqkv + n] = v;
   } else if (s == kOproj) {   // the residual stream after attention, float32
     p.x1[static_cast<long long>(b) * p.H + n] = p.sres[b * p.H + n] + v;
-  } else if (s == kGateUp) {
-    p.gu[2LL * b * p.F + n] = v;
+  } else if (s == kGateUp) {   // a gate row's result leaves as silu(g), computed once here
+    p.gu[2LL * b * p.F + n] = n < p.F ? v / (1.f + __expf(-v)) : v;
   } else if (s == kDown) {    // the next layer's input, float32
     const long long i = static_cast<long long>(b) * p.H + n;
     p.xres[static_cast<long long>((l + 1) & 1) * p.B * p.H + i] = p.sres[i] + v;
@@ -628,6 +708,67 @@ __device__ __forceinline__ float rope_at(const Step& p, const float* row, int d)
                : __ldcg(row + d) * c + __ldcg(row + d - h) * s;
 }
 
+// the last split of a (b, KV head) to arrive: the G heads' outputs from the S partials. Each
+// split's (m, l) is staged in shared memory with one load per thread, each head's merge
+// coefficients computed once, and each output reads its S partial rows kU at a time; the sums
+// run over the splits in order, as a single thread did before
+__device__ __forceinline__ void combine_splits(const Step& p, int b, int kvh) {
+  const int tid = ctid(), GS = p.G * p.S;
+  const long long bh0 = static_cast<long long>(b) * p.Hq + static_cast<long long>(kvh) * p.G;
+  if (2 * GS + p.G > 4096) {   // more than the 16 KB attention scratch holds: one load at a time
+    for (int o = tid; o < p.G * p.D; o += kCThreads) {
+      const int g = o / p.D, d = o % p.D;
+      const long long bh = bh0 + g;
+      float mx = -__uint_as_float(0x7f800000u);
+      for (int i = 0; i < p.S; ++i) mx = fmaxf(mx, __ldcg(p.part_m + bh * p.S + i));
+      float total = 0.f, a = 0.f;
+      for (int i = 0; i < p.S; ++i) {
+        const float c = __expf(__ldcg(p.part_m + bh * p.S + i) - mx);
+        total = fmaf(__ldcg(p.part_l + bh * p.S + i), c, total);
+        a = fmaf(__ldcg(p.part_o + (bh * p.S + i) * p.D + d), c, a);
+      }
+      p.attn_out[bh * p.D + d] = __float2bfloat16_rn(total > 0.f ? a / total : 0.f);
+    }
+    return;
+  }
+  float* cm = p.attn;        // [G][S]: m, then the merge coefficient
+  float* cl = cm + GS;       // [G][S]: l
+  float* tot = cl + GS;      // [G]: the softmax denominators
+  for (int x = tid; x < GS; x += kCThreads) {   // the (m, l) of heads bh0.. are contiguous
+    cm[x] = __ldcg(p.part_m + bh0 * p.S + x);
+    cl[x] = __ldcg(p.part_l + bh0 * p.S + x);
+  }
+  csync();
+  for (int g = tid; g < p.G; g += kCThreads) {
+    float mx = -__uint_as_float(0x7f800000u);
+    for (int i = 0; i < p.S; ++i) mx = fmaxf(mx, cm[g * p.S + i]);
+    float total = 0.f;
+    for (int i = 0; i < p.S; ++i) {
+      const float c = __expf(cm[g * p.S + i] - mx);
+      total = fmaf(cl[g * p.S + i], c, total);
+      cm[g * p.S + i] = c;
+    }
+    tot[g] = total;
+  }
+  csync();
+  for (int o = tid; o < p.G * p.D; o += kCThreads) {
+    const int g = o / p.D, d = o % p.D;
+    const long long bh = bh0 + g;
+    float a = 0.f;
+    for (int i0 = 0; i0 < p.S; i0 += kU) {
+      float v[kU];
+#pragma unroll
+      for (int j = 0; j < kU; ++j)
+        v[j] = i0 + j < p.S ? __ldcg(p.part_o + (bh * p.S + i0 + j) * p.D + d) : 0.f;
+#pragma unroll
+      for (int j = 0; j < kU; ++j)
+        if (i0 + j < p.S) a = fmaf(v[j], cm[g * p.S + i0 + j], a);
+    }
+    const float total = tot[g];
+    p.attn_out[bh * p.D + d] = __float2bfloat16_rn(total > 0.f ? a / total : 0.f);
+  }
+}
+
 __device__ __forceinline__ void attn_item(const Step& p, int l, int it) {
   const int split = it % p.S, bkv = it / p.S, b = bkv / p.Hkv, kvh = bkv % p.Hkv;
   dep_wait(p, p.done + 5 * l + kQkv, p.items[kQkv]);
@@ -746,19 +887,7 @@ __device__ __forceinline__ void attn_item(const Step& p, int l, int it) {
   if (tid == 0) p.ctrl->flag = atom_acq_rel(p.sync + kArrive + bkv, 1) == p.S - 1;
   csync();
   if (!p.ctrl->flag) return;
-  for (int o = tid; o < p.G * p.D; o += kCThreads) {
-    const int g = o / p.D, d = o % p.D;
-    const long long bh = static_cast<long long>(b) * p.Hq + kvh * p.G + g;
-    float mx = -__uint_as_float(0x7f800000u);
-    for (int i = 0; i < p.S; ++i) mx = fmaxf(mx, __ldcg(p.part_m + bh * p.S + i));
-    float total = 0.f, a = 0.f;
-    for (int i = 0; i < p.S; ++i) {
-      const float c = __expf(__ldcg(p.part_m + bh * p.S + i) - mx);
-      total = fmaf(__ldcg(p.part_l + bh * p.S + i), c, total);
-      a = fmaf(__ldcg(p.part_o + (bh * p.S + i) * p.D + d), c, a);
-    }
-    p.attn_out[bh * p.D + d] = __float2bfloat16_rn(total > 0.f ? a / total : 0.f);
-  }
+  combine_splits(p, b, kvh);
   // for the next layer: its attention items start only after this layer's o_proj, which waits
   // for this combine, so a plain store is ordered before them by that chain of release/acquire
   if (tid == 0) p.sync[kArrive + bkv] = 0;
