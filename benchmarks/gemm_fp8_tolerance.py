@@ -12,8 +12,8 @@ spec's. A kernel that promotes less often (`--promote 256`, or never) needs more
 the tolerance is there to catch at large K.
 
 On the lent H100 (2026-12-08) the committed sm_90a kernel failed the old bound (atol 1e-5 * K) on
-the cases and counts this model predicts (K 144: 1 element; K 256: 7; K 512: 22 and 23), with the
-same worst excess (0.014 at K 512).
+the cases this model fails, in similar counts (seen: K 144 1 element, K 256 7, K 512 22 and 23;
+the model: 2-3, 5-6, 16-29) and by a similar worst excess (0.014 at K 512).
 
     python benchmarks/gemm_fp8_tolerance.py [--seeds 3] [--size 64] [--promote 128]
 """
