@@ -147,6 +147,7 @@ def main() -> int:
 
     from regen.compile import compile_source
     from regen.project import Project
+    from regen import variant
     from regen.recipe import bind, parse_recipe
     from regen.store import Store
 
@@ -158,8 +159,7 @@ def main() -> int:
     timed_plans = plans(project, store, spec, target)
     for folder in args.variant:   # another fused kernel, timed and checked like the committed one
         folder = Path(folder)
-        timed_plans[f"variant {folder.name}"] = (next(iter(sorted(folder.glob("kernel.*")))).read_text(),
-                                                 (folder / "launch.yaml").read_text())
+        timed_plans[f"variant {folder.name}"] = variant.read(folder, store, KERNEL, args.target)[1:]
     for name, (source, recipe) in timed_plans.items():
         c = compile_source(source, target)
         if not c.result.ok:

@@ -24,7 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from regen.build import Context, evaluate  # noqa: E402
 from regen.project import Project, find_root
-from regen.generators import SOURCE_NAMES
+from regen import variant
+from regen.errors import InputError
 from regen.store import Store
 from regen.judge import Settings
 
@@ -36,10 +37,10 @@ def _candidate(store: Store, kernel: str, target: str, folder: Path) -> tuple[st
         if entry is None:
             return f"cache/ has no committed implementation of {kernel}@{target}"
         return entry.source_name, entry.source(), entry.recipe()
-    source = next((folder / n for n in SOURCE_NAMES.values() if (folder / n).exists()), None)
-    if source is None:
-        return f"no kernel source ({', '.join(SOURCE_NAMES.values())})"
-    return source.name, source.read_text(), (folder / "launch.yaml").read_text()
+    try:
+        return variant.read(folder, store, kernel, target)
+    except InputError as exc:
+        return str(exc)
 
 
 def main() -> int:

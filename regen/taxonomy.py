@@ -58,16 +58,9 @@ class Proof(Strict):
     at_least: float | None = None
     note: str = ""
 
-    @field_validator("sass")
+    @field_validator("sass", "per")
     @classmethod
     def _regex(cls, v):
-        if v is not None:
-            _compiles(v)
-        return v
-
-    @field_validator("per")
-    @classmethod
-    def _per_regex(cls, v):
         if v is not None:
             _compiles(v)
         return v

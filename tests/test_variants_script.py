@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import SCALE_CPP, SCALE_RECIPE, make_project, regen, write_handoff
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "variants.py"
@@ -69,3 +71,26 @@ def test_variants_script_times_the_cases_given_with_case_instead_of_the_bench_ca
                          cwd=root, capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode == 2 and "Q" in bad.stdout and " us" not in bad.stdout, \
         bad.stdout + bad.stderr
+
+
+def test_a_variant_folder_with_launch_yaml_alone_reuses_the_committed_source(tmp_path):
+    from regen import variant
+    from regen.errors import InputError
+    from regen.store import Store
+
+    root = Path(__file__).resolve().parent.parent
+    store = Store(root / "cache")
+    entry = store.current("softmax", "h200")
+    (tmp_path / "launch_only").mkdir()
+    (tmp_path / "launch_only" / "launch.yaml").write_text("launches: []\n")
+    name, source, recipe = variant.read(tmp_path / "launch_only", store, "softmax", "h200")
+    assert (name, source, recipe) == (entry.source_name, entry.source(), "launches: []\n")
+    (tmp_path / "launch_only" / "kernel.cu").write_text("// its own source\n")
+    assert variant.read(tmp_path / "launch_only", store, "softmax", "h200")[1] == "// its own source\n"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no launch.yaml") as exc:
+        variant.read(tmp_path / "empty", store, "softmax", "h200")
+    assert str(tmp_path / "empty") in str(exc.value)
+    (tmp_path / "empty" / "launch.yaml").write_text("launches: []\n")
+    with pytest.raises(InputError, match="no committed implementation of attention@a100"):
+        variant.read(tmp_path / "empty", store, "attention", "a100")

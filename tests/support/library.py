@@ -105,9 +105,10 @@ def committed(kernel: str, target_name: str, folder: Path | None = None) -> tupl
 @lru_cache(maxsize=None)
 def _read(kernel: str, target_name: str, folder: Path | None) -> tuple[str, Recipe]:
     if folder is not None:
-        source = next(p for p in sorted(folder.glob("kernel.*"))).read_text()
-        recipe_path = folder / "launch.yaml"
-        return source, parse_recipe(recipe_path.read_text(), str(recipe_path))
+        from regen import variant
+
+        _, source, recipe = variant.read(folder, Store(ROOT / "cache"), kernel, target_name)
+        return source, parse_recipe(recipe, str(folder / "launch.yaml"))
     entry = Store(ROOT / "cache").current(kernel, target_name)
     if entry is None:
         pytest.fail(f"cache/ has no committed implementation of {kernel}@{target_name}")
