@@ -139,7 +139,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20, help="timed calls per row (default: 20)")
     ap.add_argument("--no-check", action="store_true", help="skip the reference checks")
     ap.add_argument("--variant", action="append", default=[], metavar="DIR",
-                    help="also time the fused kernel in DIR (kernel.cu + launch.yaml), e.g. "
+                    help="also time the fused kernel in DIR (kernel.cu + launch.yaml, or launch.yaml "
+                         "alone with the committed source), e.g. "
                          "variants/llama_decode_step/attn_pool; repeatable")
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: compile the plans and bind their recipes for every case")

@@ -1,6 +1,7 @@
 """Time candidate implementations of one kernel side by side, before any of them is accepted.
 
-Each DIR holds what `regen handoff` writes (the kernel source + launch.yaml); the word `committed`
+Each DIR holds what `regen handoff` writes (the kernel source + launch.yaml; launch.yaml alone
+reuses the committed source: regen/variant.py); the word `committed`
 stands for the implementation cache/ holds for the kernel and target. Every candidate goes
 through the same path as `regen verify`: compile, resource checks, a child-process worker that
 checks the outputs of the benchmark cases and times them (L2 flushed, launch overhead kept out of
